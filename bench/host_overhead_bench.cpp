@@ -1,0 +1,44 @@
+// Host time of normjit's L1 hit path, on the CPU (no GPU needed): validation, FusionKey/ShapeKey
+// building, the plan-cache lookup and argument packing — everything a cached call does except
+// cuCtxGetCurrent and cuLaunchKernel themselves. Target: <= 0.3 us.
+//   build/normjit_host_bench --benchmark_min_time=0.5s
+#include <benchmark/benchmark.h>
+
+#include "kernels/params.h"
+#include "normjit/normjit.h"
+#include "runtime/call_keys.h"
+
+namespace normjit {
+void plant_plan_for_benchmark(const FusionKey& f, const ShapeKey& s);
+void forward_host_path_for_benchmark(const ForwardArgs& a, void* params_out);
+}  // namespace normjit
+
+static void BM_L1HitForward(benchmark::State& state) {
+  using namespace normjit;
+  ForwardArgs a;
+  a.x = contiguous_tensor(reinterpret_cast<void*>(0x100000), DType::f16, {2, 320, 4, 4, 4});
+  a.y = contiguous_tensor(reinterpret_cast<void*>(0x200000), DType::f16, {2, 320, 4, 4, 4});
+  a.weight = contiguous_tensor(reinterpret_cast<void*>(0x300000), DType::f32, {320});
+  a.bias = contiguous_tensor(reinterpret_cast<void*>(0x400000), DType::f32, {320});
+  a.save_mean = reinterpret_cast<float*>(0x500000);
+  a.save_rstd = reinterpret_cast<float*>(0x600000);
+  const CallKeys k = forward_keys(a);
+  plant_plan_for_benchmark(k.fusion, k.shape);
+  NjParams p{};
+  for (auto _ : state) {
+    forward_host_path_for_benchmark(a, &p);
+    benchmark::DoNotOptimize(p);
+  }
+}
+BENCHMARK(BM_L1HitForward);
+
+static void BM_KeysOnly(benchmark::State& state) {
+  using namespace normjit;
+  ForwardArgs a;
+  a.x = contiguous_tensor(reinterpret_cast<void*>(0x100000), DType::f16, {2, 32, 128, 128, 128});
+  a.y = contiguous_tensor(reinterpret_cast<void*>(0x200000), DType::f16, {2, 32, 128, 128, 128});
+  for (auto _ : state) benchmark::DoNotOptimize(forward_keys(a));
+}
+BENCHMARK(BM_KeysOnly);
+
+BENCHMARK_MAIN();

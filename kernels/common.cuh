@@ -1,0 +1,326 @@
+// Shared device code of every normjit kernel: storage types and conversions, vector loads, group
+// reductions, activations and the cross-CTA exchange. Self-contained on purpose: NVRTC compiles it
+// with no toolkit header, so nothing at run time needs CUDA_HOME.
+//
+// The generated source defines these macros before including this file (see codegen/codegen.cpp):
+//   NJ_DTYPE, NJ_WDTYPE     0 = fp32, 1 = fp16, 2 = bf16 (input/output; weight and bias)
+//   NJ_VEC                  elements per vector access (16 bytes when alignment allows)
+//   NJ_THREADS, NJ_GROUP    CTA size; threads cooperating on one instance (<= 32, or == NJ_THREADS)
+//   NJ_ITEMS                vectors each thread holds in registers per tile
+//   NJ_INDEX64              64-bit element offsets
+//   NJ_ACT                  activation (codes of normjit::Activation)
+//   NJ_MIN_BLOCKS           CTAs per SM the register budget must allow (caps registers, so the
+//                           heuristics know how many CTAs are co-resident without a GPU)
+#pragma once
+
+#define NJ_DEVICE_CODE 1
+#include "params.h"
+
+typedef unsigned short nj_u16;
+typedef unsigned int nj_u32;
+#if NJ_INDEX64
+typedef long long idx_t;
+#else
+typedef int idx_t;
+#endif
+
+// ---------------------------------------------------------------- storage types and conversions
+struct nj_half { nj_u16 bits; };
+struct nj_bf16 { nj_u16 bits; };
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(nj_half v) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+  return f;
+}
+__device__ __forceinline__ float to_float(nj_bf16 v) { return __uint_as_float(((nj_u32)v.bits) << 16); }
+
+template <typename T> __device__ __forceinline__ T from_float(float f);
+template <> __device__ __forceinline__ float from_float<float>(float f) { return f; }
+template <> __device__ __forceinline__ nj_half from_float<nj_half>(float f) {
+  nj_half h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+  return h;
+}
+template <> __device__ __forceinline__ nj_bf16 from_float<nj_bf16>(float f) {
+  nj_bf16 h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+  return h;
+}
+
+#if NJ_DTYPE == 0
+typedef float data_t;
+#elif NJ_DTYPE == 1
+typedef nj_half data_t;
+#else
+typedef nj_bf16 data_t;
+#endif
+#if NJ_WDTYPE == 0
+typedef float weight_t;
+#elif NJ_WDTYPE == 1
+typedef nj_half weight_t;
+#else
+typedef nj_bf16 weight_t;
+#endif
+
+// NJ_VEC elements accessed as one aligned load/store (LDG.128 for 16 bytes).
+struct __align__(sizeof(data_t) * NJ_VEC) vec_t { data_t v[NJ_VEC]; };
+
+__device__ __forceinline__ vec_t load_vec(const void* base, idx_t elem) {
+  return *reinterpret_cast<const vec_t*>(reinterpret_cast<const data_t*>(base) + elem);
+}
+__device__ __forceinline__ void store_vec(void* base, idx_t elem, const vec_t& v) {
+  *reinterpret_cast<vec_t*>(reinterpret_cast<data_t*>(base) + elem) = v;
+}
+__device__ __forceinline__ vec_t zero_vec() {
+  vec_t v;
+#pragma unroll
+  for (int k = 0; k < NJ_VEC; ++k) v.v[k] = from_float<data_t>(0.f);
+  return v;
+}
+__device__ __forceinline__ float load_weight(const void* p, idx_t c) {
+  return to_float(reinterpret_cast<const weight_t*>(p)[c]);
+}
+
+// ---------------------------------------------------------------- activations
+// The forward value act(z) and, for the backward, d act / dz. Adding one: a case here and an
+// enum value in include/normjit/normjit.h.
+__device__ __forceinline__ float nj_sigmoid(float z) { return 1.f / (1.f + __expf(-z)); }
+
+__device__ __forceinline__ float activate(float z, float param) {
+#if NJ_ACT == 0
+  return z;
+#elif NJ_ACT == 1
+  return z > 0.f ? z : (z == z ? 0.f : z);  // relu; NaN propagates as in torch
+#elif NJ_ACT == 2
+  return z >= 0.f ? z : z * param;         // leaky_relu
+#elif NJ_ACT == 3
+  return 0.5f * z * (1.f + erff(z * 0.70710678118654752f));  // gelu (erf)
+#elif NJ_ACT == 4
+  return 0.5f * z * (1.f + tanhf(0.79788456080286536f * (z + 0.044715f * z * z * z)));  // gelu tanh
+#elif NJ_ACT == 5
+  return z * nj_sigmoid(z);                // silu
+#elif NJ_ACT == 6
+  return nj_sigmoid(z);                    // sigmoid
+#else
+  return tanhf(z);                         // tanh
+#endif
+}
+
+__device__ __forceinline__ float activate_grad(float z, float param) {
+#if NJ_ACT == 0
+  return 1.f;
+#elif NJ_ACT == 1
+  return z > 0.f ? 1.f : 0.f;
+#elif NJ_ACT == 2
+  return z > 0.f ? 1.f : param;
+#elif NJ_ACT == 3
+  const float cdf = 0.5f * (1.f + erff(z * 0.70710678118654752f));
+  const float pdf = 0.39894228040143268f * __expf(-0.5f * z * z);
+  return cdf + z * pdf;
+#elif NJ_ACT == 4
+  const float k = 0.79788456080286536f;
+  const float inner = k * (z + 0.044715f * z * z * z);
+  const float t = tanhf(inner);
+  return 0.5f * (1.f + t) + 0.5f * z * (1.f - t * t) * k * (1.f + 3.f * 0.044715f * z * z);
+#elif NJ_ACT == 5
+  const float s = nj_sigmoid(z);
+  return s * (1.f + z * (1.f - s));
+#elif NJ_ACT == 6
+  const float s = nj_sigmoid(z);
+  return s * (1.f - s);
+#else
+  const float t = tanhf(z);
+  return 1.f - t * t;
+#endif
+}
+
+// ---------------------------------------------------------------- group reductions
+// All threads of a group get the same sum, combined in a fixed order (deterministic bits).
+// Groups of <= 32 threads reduce with shuffles inside their warp; a group of the whole CTA goes
+// through shared memory. Every thread of the CTA must call these the same number of times.
+#define NJ_WARPS (NJ_THREADS / 32)
+
+__device__ __forceinline__ float warp_sum(float v, int width) {
+  for (int offset = width / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset, width);
+  return v;
+}
+
+template <int K>
+__device__ __forceinline__ void group_sum(float (&v)[K], float* smem /* K * NJ_WARPS floats */) {
+#if NJ_GROUP <= 32
+#pragma unroll
+  for (int k = 0; k < K; ++k) v[k] = warp_sum(v[k], NJ_GROUP);
+#else
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    v[k] = warp_sum(v[k], 32);
+    if (lane == 0) smem[k * NJ_WARPS + warp] = v[k];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < NJ_WARPS; ++w) s += smem[k * NJ_WARPS + w];
+    v[k] = s;
+  }
+  __syncthreads();  // smem is reused by the next reduction
+#endif
+}
+
+// ---------------------------------------------------------------- cross-CTA exchange
+// The `chunks` CTAs of one instance publish a partial result each, wait for each other, and read
+// all partials back in chunk order, so every CTA computes bit-identical statistics. The host makes
+// all CTAs of a launch co-resident (cooperative launch) and the grid a multiple of `chunks`, so
+// the peers of an instance always run at the same time. Counters return to zero on exit: the last
+// CTA to leave an instance resets them, which keeps the workspace valid for the next launch and
+// for CUDA-graph replays.
+__device__ __forceinline__ unsigned volatile_load(const unsigned* p) {
+  return *reinterpret_cast<const volatile unsigned*>(p);
+}
+
+// Called by every thread of the CTA (group == CTA). `mine` is this chunk's partial (2 floats),
+// written by thread 0. Returns after all chunks' partials are visible.
+__device__ __forceinline__ void exchange_arrive_and_wait(unsigned* counters, idx_t instance, float* partials,
+                                                         idx_t slot, float a, float b, int chunks) {
+  if (threadIdx.x == 0) {
+    __stcg(partials + 2 * slot, a);
+    __stcg(partials + 2 * slot + 1, b);
+    __threadfence();
+    atomicAdd(counters + 2 * instance, 1u);
+    while (volatile_load(counters + 2 * instance) < (unsigned)chunks) __nanosleep(20);
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// Called after every thread has read the partials.
+__device__ __forceinline__ void exchange_depart(unsigned* counters, idx_t instance, int chunks) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (atomicAdd(counters + 2 * instance + 1, 1u) == (unsigned)chunks - 1) {
+      counters[2 * instance] = 0;
+      counters[2 * instance + 1] = 0;
+      __threadfence();
+    }
+  }
+}
+
+// The last CTA of the grid to call this returns true (after a fence that makes every other CTA's
+// earlier writes visible to it); it must then call last_cta_done().
+__device__ __forceinline__ bool last_cta_arrive(unsigned* global_counter, bool* flag_smem) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    *flag_smem = atomicAdd(global_counter, 1u) == gridDim.x - 1;
+    if (*flag_smem) __threadfence();
+  }
+  __syncthreads();
+  return *flag_smem;
+}
+__device__ __forceinline__ void last_cta_done(unsigned* global_counter) {
+  __syncthreads();
+  if (threadIdx.x == 0) *global_counter = 0;
+}
+
+// ---------------------------------------------------------------- statistics
+// Chan et al.'s pairwise merge of (count, mean, M2) accumulators: numerically stable where
+// sum/sum-of-squares is not (mean >> std).
+__device__ __forceinline__ void chan_merge(float& n_a, float& mean_a, float& m2_a, float n_b, float mean_b,
+                                           float m2_b) {
+  const float n = n_a + n_b;
+  if (n_b == 0.f) return;
+  const float delta = mean_b - mean_a;
+  const float wb = n_b / n;
+  mean_a += delta * wb;
+  m2_a += m2_b + delta * delta * n_a * wb;
+  n_a = n;
+}
+
+// ---------------------------------------------------------------- work decomposition (NCDHW)
+// A unit is one chunk of one instance. The grid's groups walk the units in rounds; every thread
+// runs the same number of rounds (inactive groups carry empty ranges) so that warp shuffles and
+// CTA barriers stay uniform.
+#define NJ_GROUPS_PER_CTA (NJ_THREADS / NJ_GROUP)
+
+struct Unit {
+  bool active;
+  idx_t instance, channel, base;  // base: element offset of the instance's first element
+  int chunk;
+  idx_t v_begin, v_end;           // vector range of this chunk
+};
+
+__device__ __forceinline__ Unit make_unit(const NjParams& p, idx_t round) {
+  const idx_t groups = (idx_t)gridDim.x * NJ_GROUPS_PER_CTA;
+  const idx_t unit = round * groups + (idx_t)blockIdx.x * NJ_GROUPS_PER_CTA + threadIdx.x / NJ_GROUP;
+  const idx_t units = (idx_t)p.N * p.C * p.chunks;
+  Unit u;
+  u.active = unit < units;
+  const idx_t safe = u.active ? unit : 0;
+  u.instance = safe / p.chunks;
+  u.chunk = (int)(safe % p.chunks);
+  const idx_t n = u.instance / p.C;
+  u.channel = u.instance % p.C;
+  u.base = n * (idx_t)p.stride_n + u.channel * (idx_t)p.stride_c;
+  const idx_t nvec = (idx_t)p.spatial / NJ_VEC;
+  u.v_begin = (idx_t)u.chunk * p.chunk_vectors;
+  u.v_end = u.active ? min(nvec, u.v_begin + (idx_t)p.chunk_vectors) : u.v_begin;
+  return u;
+}
+
+__device__ __forceinline__ idx_t num_rounds(const NjParams& p) {
+  const idx_t groups = (idx_t)gridDim.x * NJ_GROUPS_PER_CTA;
+  const idx_t units = (idx_t)p.N * p.C * p.chunks;
+  return (units + groups - 1) / groups;
+}
+
+// Elements covered by chunk j of an instance.
+__device__ __forceinline__ float chunk_count(const NjParams& p, int j) {
+  const idx_t nvec = (idx_t)p.spatial / NJ_VEC;
+  const idx_t begin = (idx_t)j * p.chunk_vectors;
+  return (float)(min((idx_t)p.chunk_vectors, nvec - begin) * NJ_VEC);
+}
+
+// ---------------------------------------------------------------- grid-wide finishing steps
+// Both run in the last CTA to finish (see last_cta_arrive), over per-instance values that every
+// CTA left in p.scratch, in a fixed order: deterministic, no floating-point atomics.
+
+// running = (1 - momentum) * running + momentum * (mean over N of the instance statistics), with
+// the unbiased variance, as torch does. scratch holds (mean, biased var) per instance.
+__device__ __forceinline__ void finish_running_stats(const NjParams& p, bool* flag_smem) {
+  unsigned* grid_counter = p.counters + 2 * (idx_t)p.N * p.C;
+  if (!last_cta_arrive(grid_counter, flag_smem)) return;
+  const float unbias = (float)p.spatial / (float)(p.spatial - 1);
+  for (idx_t c = threadIdx.x; c < p.C; c += NJ_THREADS) {
+    float m = 0.f, v = 0.f;
+    for (idx_t n = 0; n < p.N; ++n) {
+      m += __ldcg(p.scratch + 2 * (n * p.C + c));
+      v += __ldcg(p.scratch + 2 * (n * p.C + c) + 1);
+    }
+    m /= (float)p.N;
+    v = v / (float)p.N * unbias;
+    p.running_mean[c] = (1.f - p.momentum) * p.running_mean[c] + p.momentum * m;
+    p.running_var[c] = (1.f - p.momentum) * p.running_var[c] + p.momentum * v;
+  }
+  last_cta_done(grid_counter);
+}
+
+// dweight[c] = sum_n sum(g * xhat), dbias[c] = sum_n sum(g). scratch holds (sum g, sum g*xhat).
+__device__ __forceinline__ void finish_weight_grads(const NjParams& p, bool* flag_smem) {
+  if (!p.dweight && !p.dbias) return;
+  unsigned* grid_counter = p.counters + 2 * (idx_t)p.N * p.C;
+  if (!last_cta_arrive(grid_counter, flag_smem)) return;
+  for (idx_t c = threadIdx.x; c < p.C; c += NJ_THREADS) {
+    float sg = 0.f, sgx = 0.f;
+    for (idx_t n = 0; n < p.N; ++n) {
+      sg += __ldcg(p.scratch + 2 * (n * p.C + c));
+      sgx += __ldcg(p.scratch + 2 * (n * p.C + c) + 1);
+    }
+    if (p.dweight) p.dweight[c] = sgx;
+    if (p.dbias) p.dbias[c] = sg;
+  }
+  last_cta_done(grid_counter);
+}

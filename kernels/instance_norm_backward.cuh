@@ -1,0 +1,182 @@
+// Instance-norm backward, NCDHW, training mode (the statistics came from the input).
+//
+// With xhat = (x - mean) * rstd, z = xhat * w + b [+ residual] and y = act(z):
+//   g   = dy * act'(z)                       (z is recomputed from x: nothing extra is saved)
+//   dx  = rstd * w * (g - mean(g) - xhat * mean(g * xhat))
+//   dresidual = g;  dweight[c] = sum_n sum(g * xhat);  dbias[c] = sum_n sum(g)
+// Per instance we need sum(g) and sum(g * xhat); like the forward, a chunk's x and dy stay in
+// registers (NJ_CACHED) or are streamed twice, and split instances merge partial sums in chunk
+// order. dweight/dbias are reduced over N by the last CTA in a fixed order: no atomics on floats,
+// the same bits on every run.
+#include "common.cuh"
+
+struct BwdContext {
+  float mean, rstd, w, b;
+};
+
+// g = dy * act'(z) for element k of vector i.
+__device__ __forceinline__ float grad_at(const BwdContext& s, float x, float dy, float res, float act_param) {
+#if NJ_ACT == 0
+  (void)s, (void)x, (void)res, (void)act_param;
+  return dy;
+#else
+  float z = (x - s.mean) * s.rstd * s.w + s.b;
+#if NJ_RESIDUAL
+  z += res;
+#endif
+  return dy * activate_grad(z, act_param);
+#endif
+}
+
+#if NJ_ACT != 0 && NJ_RESIDUAL
+#define NJ_NEEDS_RESIDUAL 1
+#else
+#define NJ_NEEDS_RESIDUAL 0
+#endif
+
+struct BwdTile {
+  vec_t x[NJ_ITEMS];
+  vec_t dy[NJ_ITEMS];
+#if NJ_NEEDS_RESIDUAL
+  vec_t res[NJ_ITEMS];
+#endif
+};
+
+__device__ __forceinline__ void load_bwd_tile(const NjParams& p, const Unit& u, idx_t tile_begin, int lane,
+                                              BwdTile& t) {
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
+    const bool in = v < u.v_end;
+    const idx_t e = u.base + v * NJ_VEC;
+    t.x[i] = in ? load_vec(p.x, e) : zero_vec();
+    t.dy[i] = in ? load_vec(p.dy, e) : zero_vec();
+#if NJ_NEEDS_RESIDUAL
+    t.res[i] = in ? load_vec(p.residual, e) : zero_vec();
+#endif
+  }
+}
+
+__device__ __forceinline__ float res_at(const BwdTile& t, int i, int k) {
+#if NJ_NEEDS_RESIDUAL
+  return to_float(t.res[i].v[k]);
+#else
+  (void)t, (void)i, (void)k;
+  return 0.f;
+#endif
+}
+
+// Adds this thread's contributions to sum(g) and sum(g * xhat).
+__device__ __forceinline__ void accumulate_tile(const NjParams& p, const BwdContext& s, idx_t tile_begin, idx_t v_end,
+                                                int lane, const BwdTile& t, float (&sums)[2]) {
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
+    if (v < v_end) {
+#pragma unroll
+      for (int k = 0; k < NJ_VEC; ++k) {
+        const float x = to_float(t.x[i].v[k]);
+        const float g = grad_at(s, x, to_float(t.dy[i].v[k]), res_at(t, i, k), p.act_param);
+        sums[0] += g;
+        sums[1] += g * ((x - s.mean) * s.rstd);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void write_dx_tile(const NjParams& p, const Unit& u, const BwdContext& s, idx_t tile_begin,
+                                              int lane, const BwdTile& t, float mean_g, float mean_gx) {
+  const float k_scale = s.rstd * s.w;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
+    if (v < u.v_end) {
+      const idx_t e = u.base + v * NJ_VEC;
+      vec_t dx;
+#if NJ_RESIDUAL
+      vec_t dres;
+#endif
+#pragma unroll
+      for (int k = 0; k < NJ_VEC; ++k) {
+        const float x = to_float(t.x[i].v[k]);
+        const float g = grad_at(s, x, to_float(t.dy[i].v[k]), res_at(t, i, k), p.act_param);
+        const float xhat = (x - s.mean) * s.rstd;
+        dx.v[k] = from_float<data_t>(k_scale * (g - mean_g - xhat * mean_gx));
+#if NJ_RESIDUAL
+        dres.v[k] = from_float<data_t>(g);
+#endif
+      }
+      store_vec(p.y, e, dx);
+#if NJ_RESIDUAL
+      if (p.dresidual) store_vec(p.dresidual, e, dres);
+#endif
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
+normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
+  __shared__ float smem[2 * (NJ_WARPS > 0 ? NJ_WARPS : 1)];
+  __shared__ bool last_flag;
+  const int lane = threadIdx.x % NJ_GROUP;
+  const idx_t rounds = num_rounds(p);
+  constexpr idx_t kTile = (idx_t)NJ_GROUP * NJ_ITEMS;
+
+  for (idx_t round = 0; round < rounds; ++round) {
+    const Unit u = make_unit(p, round);
+    BwdContext s;
+    s.mean = u.active ? p.save_mean[u.instance] : 0.f;
+    s.rstd = u.active ? p.save_rstd[u.instance] : 0.f;
+#if NJ_AFFINE
+    s.w = u.active ? load_weight(p.weight, u.channel) : 0.f;
+    s.b = u.active ? load_weight(p.bias, u.channel) : 0.f;
+#else
+    s.w = 1.f, s.b = 0.f;
+#endif
+    float sums[2] = {0.f, 0.f};
+#if NJ_CACHED
+    BwdTile t;
+    load_bwd_tile(p, u, u.v_begin, lane, t);
+    accumulate_tile(p, s, u.v_begin, u.v_end, lane, t, sums);
+    group_sum<2>(sums, smem);
+#else
+    for (idx_t tb = u.v_begin; tb < u.v_end; tb += kTile) {
+      BwdTile t;
+      load_bwd_tile(p, u, tb, lane, t);
+      accumulate_tile(p, s, tb, u.v_end, lane, t, sums);
+    }
+    group_sum<2>(sums, smem);
+#endif
+    if (p.chunks > 1 && u.active) {
+      exchange_arrive_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, sums[0], sums[1],
+                               p.chunks);
+      sums[0] = 0.f, sums[1] = 0.f;
+      const float* part = p.partials + 2 * u.instance * p.chunks;
+      for (int j = 0; j < p.chunks; ++j) {
+        sums[0] += __ldcg(part + 2 * j);
+        sums[1] += __ldcg(part + 2 * j + 1);
+      }
+      exchange_depart(p.counters, u.instance, p.chunks);
+    }
+#if NJ_AFFINE
+    if (u.active && u.chunk == 0 && lane == 0 && (p.dweight || p.dbias)) {
+      p.scratch[2 * u.instance] = sums[0];
+      p.scratch[2 * u.instance + 1] = sums[1];
+    }
+#endif
+    const float mean_g = sums[0] * p.inv_spatial, mean_gx = sums[1] * p.inv_spatial;
+#if NJ_CACHED
+    write_dx_tile(p, u, s, u.v_begin, lane, t, mean_g, mean_gx);
+#else
+    for (idx_t tb = u.v_begin; tb < u.v_end; tb += kTile) {
+      BwdTile t;
+      load_bwd_tile(p, u, tb, lane, t);
+      write_dx_tile(p, u, s, tb, lane, t, mean_g, mean_gx);
+    }
+#endif
+  }
+
+#if NJ_AFFINE
+  finish_weight_grads(p, &last_flag);
+#endif
+}

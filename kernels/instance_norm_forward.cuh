@@ -1,0 +1,159 @@
+// Instance-norm forward, NCDHW (each instance's spatial elements contiguous).
+//
+//   y = act((x - mean) * rstd * weight + bias [+ residual])
+//
+// One group of NJ_GROUP threads handles one chunk of one instance. With NJ_CACHED the chunk is
+// held in registers (NJ_ITEMS vectors per thread), so x is read from memory exactly once; the
+// statistics are two-pass over the registers (mean, then the sum of squared deviations), which is
+// robust when mean >> std. When an instance is larger than one CTA can hold, `chunks` CTAs split
+// it and merge their (mean, M2) partials with Chan's formula in chunk order (see common.cuh).
+// Without NJ_CACHED (instances too large for the co-resident CTAs to hold) each CTA streams its
+// chunk twice: once for statistics (per-tile two-pass, Chan-merged), once to normalise.
+//
+// Compile-time switches besides common.cuh's: NJ_TRAIN (batch statistics; else running stats),
+// NJ_AFFINE, NJ_RESIDUAL, NJ_RUNNING (update running stats), NJ_SAVE (write mean/rstd), NJ_CACHED.
+#include "common.cuh"
+
+// Two-pass statistics of the vectors a thread holds: returns the group's (count, mean, m2).
+__device__ __forceinline__ void tile_stats(const vec_t (&xr)[NJ_ITEMS], idx_t tile_begin, idx_t v_end, int lane,
+                                           float* smem, float& count, float& mean, float& m2) {
+  float s[1] = {0.f};
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
+    if (v < v_end) {
+#pragma unroll
+      for (int k = 0; k < NJ_VEC; ++k) s[0] += to_float(xr[i].v[k]);
+    }
+  }
+  group_sum<1>(s, smem);
+  const idx_t vecs = v_end > tile_begin ? min((idx_t)NJ_GROUP * NJ_ITEMS, v_end - tile_begin) : 0;
+  count = (float)(vecs * NJ_VEC);
+  mean = count > 0.f ? s[0] / count : 0.f;
+  float q[1] = {0.f};
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
+    if (v < v_end) {
+#pragma unroll
+      for (int k = 0; k < NJ_VEC; ++k) {
+        const float d = to_float(xr[i].v[k]) - mean;
+        q[0] += d * d;
+      }
+    }
+  }
+  group_sum<1>(q, smem);
+  m2 = q[0];
+}
+
+__device__ __forceinline__ void load_tile(const NjParams& p, const Unit& u, idx_t tile_begin, int lane,
+                                          vec_t (&xr)[NJ_ITEMS]) {
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
+    xr[i] = v < u.v_end ? load_vec(p.x, u.base + v * NJ_VEC) : zero_vec();
+  }
+}
+
+// y for the vectors of one tile held in xr.
+__device__ __forceinline__ void normalize_tile(const NjParams& p, const Unit& u, idx_t tile_begin, int lane,
+                                               const vec_t (&xr)[NJ_ITEMS], float mean, float scale, float shift) {
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
+    if (v < u.v_end) {
+      const idx_t e = u.base + v * NJ_VEC;
+#if NJ_RESIDUAL
+      const vec_t r = load_vec(p.residual, e);
+#endif
+      vec_t out;
+#pragma unroll
+      for (int k = 0; k < NJ_VEC; ++k) {
+        float z = (to_float(xr[i].v[k]) - mean) * scale + shift;
+#if NJ_RESIDUAL
+        z += to_float(r.v[k]);
+#endif
+        out.v[k] = from_float<data_t>(activate(z, p.act_param));
+      }
+      store_vec(p.y, e, out);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
+normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
+  __shared__ float smem[NJ_WARPS > 0 ? NJ_WARPS : 1];
+  __shared__ bool last_flag;
+  const int lane = threadIdx.x % NJ_GROUP;
+  const idx_t rounds = num_rounds(p);
+  constexpr idx_t kTile = (idx_t)NJ_GROUP * NJ_ITEMS;
+
+  for (idx_t round = 0; round < rounds; ++round) {
+    const Unit u = make_unit(p, round);
+    float mean, rstd;
+#if NJ_TRAIN
+#if NJ_CACHED
+    vec_t xr[NJ_ITEMS];
+    load_tile(p, u, u.v_begin, lane, xr);
+    float count, m2;
+    tile_stats(xr, u.v_begin, u.v_end, lane, smem, count, mean, m2);
+#else
+    float count = 0.f, m2 = 0.f;
+    mean = 0.f;
+    for (idx_t t = u.v_begin; t < u.v_end; t += kTile) {
+      vec_t xr[NJ_ITEMS];
+      load_tile(p, u, t, lane, xr);
+      float tc, tm, tq;
+      tile_stats(xr, t, u.v_end, lane, smem, tc, tm, tq);
+      chan_merge(count, mean, m2, tc, tm, tq);
+    }
+#endif
+    if (p.chunks > 1 && u.active) {
+      // Merge the chunks of this instance in chunk order: identical bits in every peer CTA.
+      exchange_arrive_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, mean, m2,
+                               p.chunks);
+      count = 0.f, mean = 0.f, m2 = 0.f;
+      const float* part = p.partials + 2 * u.instance * p.chunks;
+      for (int j = 0; j < p.chunks; ++j)
+        chan_merge(count, mean, m2, chunk_count(p, j), __ldcg(part + 2 * j), __ldcg(part + 2 * j + 1));
+      exchange_depart(p.counters, u.instance, p.chunks);
+    }
+    const float var = count > 0.f ? m2 / count : 0.f;
+    rstd = rsqrtf(var + p.eps);
+    if (u.active && u.chunk == 0 && lane == 0) {
+#if NJ_SAVE
+      p.save_mean[u.instance] = mean;
+      p.save_rstd[u.instance] = rstd;
+#endif
+#if NJ_RUNNING
+      p.scratch[2 * u.instance] = mean;
+      p.scratch[2 * u.instance + 1] = var;
+#endif
+    }
+#else   // eval: running statistics
+    mean = u.active ? p.running_mean[u.channel] : 0.f;
+    rstd = u.active ? rsqrtf(p.running_var[u.channel] + p.eps) : 0.f;
+#endif
+
+#if NJ_AFFINE
+    const float scale = u.active ? rstd * load_weight(p.weight, u.channel) : 0.f;
+    const float shift = u.active ? load_weight(p.bias, u.channel) : 0.f;
+#else
+    const float scale = rstd, shift = 0.f;
+#endif
+
+#if NJ_TRAIN && NJ_CACHED
+    normalize_tile(p, u, u.v_begin, lane, xr, mean, scale, shift);
+#else
+    for (idx_t t = u.v_begin; t < u.v_end; t += kTile) {
+      vec_t xr2[NJ_ITEMS];
+      load_tile(p, u, t, lane, xr2);
+      normalize_tile(p, u, t, lane, xr2, mean, scale, shift);
+    }
+#endif
+  }
+
+#if NJ_TRAIN && NJ_RUNNING
+  finish_running_stats(p, &last_flag);
+#endif
+}

@@ -1,0 +1,448 @@
+// Instance norm, forward and backward, for channels-last tensors (NDHWC: the channels of one
+// spatial position are contiguous), read and written in place: no layout copies.
+//
+// A CTA owns a tile of TC = NJ_GROUP * NJ_VEC channels of one sample n and a chunk of spatial
+// positions. Its threads form ROWS x NJ_GROUP: a thread loads NJ_VEC neighbouring channels (one
+// 16-byte vector) at NJ_ITEMS positions, so a warp reads whole rows of memory. Per-channel
+// statistics are column sums: each thread's partials go through shared memory and are added in
+// row order (deterministic). Like the NCDHW kernels, a chunk stays in registers (NJ_CACHED) or is
+// streamed twice, and `chunks` CTAs split a long spatial range, exchanging per-channel partials.
+// The "instance" of the exchange counters is the (n, channel tile) pair.
+#include "common.cuh"
+
+#define NJ_ROWS (NJ_THREADS / NJ_GROUP)
+#define NJ_TC (NJ_GROUP * NJ_VEC)
+#if NJ_BACKWARD
+#define NJ_NSUM 2
+#else
+#define NJ_NSUM 1
+#endif
+
+struct TileUnit {
+  bool active;
+  idx_t n, tile, c0;           // sample, channel tile, first channel of this thread's vector
+  bool c_valid;                // this thread's channels exist (C need not fill the last tile)
+  int chunk;
+  idx_t s_begin, s_end;        // spatial range of the chunk
+};
+
+__device__ __forceinline__ idx_t channel_tiles(const NjParams& p) { return (p.C + NJ_TC - 1) / NJ_TC; }
+
+__device__ __forceinline__ TileUnit make_tile_unit(const NjParams& p, idx_t round) {
+  const idx_t units = p.N * channel_tiles(p) * p.chunks;
+  const idx_t unit = round * gridDim.x + blockIdx.x;
+  TileUnit u;
+  u.active = unit < units;
+  const idx_t safe = u.active ? unit : 0;
+  const idx_t inst = safe / p.chunks;
+  u.chunk = (int)(safe % p.chunks);
+  u.n = inst / channel_tiles(p);
+  u.tile = inst % channel_tiles(p);
+  const int lane = threadIdx.x % NJ_GROUP;
+  u.c0 = u.tile * NJ_TC + (idx_t)lane * NJ_VEC;
+  u.c_valid = u.active && u.c0 < p.C;
+  u.s_begin = (idx_t)u.chunk * p.chunk_vectors;
+  u.s_end = u.active ? min((idx_t)p.spatial, u.s_begin + (idx_t)p.chunk_vectors) : u.s_begin;
+  return u;
+}
+
+__device__ __forceinline__ idx_t tile_rounds(const NjParams& p) {
+  const idx_t units = p.N * channel_tiles(p) * p.chunks;
+  return (units + gridDim.x - 1) / gridDim.x;
+}
+
+__device__ __forceinline__ idx_t elem_at(const NjParams& p, const TileUnit& u, idx_t s) {
+  return u.n * (idx_t)p.stride_n + s * (idx_t)p.C + u.c0;
+}
+
+// Column sums over the CTA's rows: v[k][j] (sum k, channel j of this thread's vector) becomes the
+// total over all rows for that channel. smem: NJ_NSUM * NJ_THREADS * NJ_VEC floats.
+template <int K>
+__device__ __forceinline__ void column_sum(float (&v)[K][NJ_VEC], float* smem) {
+  const int lane = threadIdx.x % NJ_GROUP, row = threadIdx.x / NJ_GROUP;
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) smem[(k * NJ_ROWS + row) * NJ_TC + lane * NJ_VEC + j] = v[k][j];
+  __syncthreads();
+  // Thread t < K * TC adds column (t % TC) of sum (t / TC) in row order; the totals go to row 0.
+  for (int t = threadIdx.x; t < K * NJ_TC; t += NJ_THREADS) {
+    const int k = t / NJ_TC, col = t % NJ_TC;
+    float s = 0.f;
+    for (int r = 0; r < NJ_ROWS; ++r) s += smem[(k * NJ_ROWS + r) * NJ_TC + col];
+    smem[(k * NJ_ROWS) * NJ_TC + col] = s;  // row 0 was already read by this thread
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) v[k][j] = smem[(k * NJ_ROWS) * NJ_TC + lane * NJ_VEC + j];
+  __syncthreads();
+}
+
+// Publishes this CTA's per-channel partials (K pairs... stored as 2 floats per channel), waits for
+// the chunk's peers. Row-0 threads write; thread 0 signals.
+__device__ __forceinline__ void tile_exchange_arrive(const NjParams& p, const TileUnit& u, idx_t inst,
+                                                     const float (&a)[NJ_VEC], const float (&b)[NJ_VEC]) {
+  const int lane = threadIdx.x % NJ_GROUP, row = threadIdx.x / NJ_GROUP;
+  if (row == 0) {
+    float* part = p.partials + ((inst * p.chunks + u.chunk) * NJ_TC + lane * NJ_VEC) * 2;
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) {
+      __stcg(part + 2 * j, a[j]);
+      __stcg(part + 2 * j + 1, b[j]);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(p.counters + 2 * inst, 1u);
+    while (volatile_load(p.counters + 2 * inst) < (unsigned)p.chunks) __nanosleep(20);
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ float tile_chunk_count(const NjParams& p, int j) {
+  const idx_t begin = (idx_t)j * p.chunk_vectors;
+  return (float)min((idx_t)p.chunk_vectors, (idx_t)p.spatial - begin);
+}
+
+struct NhwcTile {
+  vec_t x[NJ_ITEMS];
+#if NJ_BACKWARD
+  vec_t dy[NJ_ITEMS];
+#if NJ_ACT != 0 && NJ_RESIDUAL
+  vec_t res[NJ_ITEMS];
+#endif
+#endif
+};
+
+__device__ __forceinline__ void load_nhwc_tile(const NjParams& p, const TileUnit& u, idx_t t0, NhwcTile& t) {
+  const int row = threadIdx.x / NJ_GROUP;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t s = t0 + row + (idx_t)i * NJ_ROWS;
+    const bool in = u.c_valid && s < u.s_end;
+    const idx_t e = elem_at(p, u, s);
+    t.x[i] = in ? load_vec(p.x, e) : zero_vec();
+#if NJ_BACKWARD
+    t.dy[i] = in ? load_vec(p.dy, e) : zero_vec();
+#if NJ_ACT != 0 && NJ_RESIDUAL
+    t.res[i] = in ? load_vec(p.residual, e) : zero_vec();
+#endif
+#endif
+  }
+}
+
+__device__ __forceinline__ float nhwc_res(const NhwcTile& t, int i, int j) {
+#if NJ_BACKWARD && NJ_ACT != 0 && NJ_RESIDUAL
+  return to_float(t.res[i].v[j]);
+#else
+  (void)t, (void)i, (void)j;
+  return 0.f;
+#endif
+}
+
+// Per-channel affine parameters of this thread's vector.
+struct ChannelParams {
+  float mean[NJ_VEC], rstd[NJ_VEC], w[NJ_VEC], b[NJ_VEC];
+};
+
+__device__ __forceinline__ void load_affine(const NjParams& p, const TileUnit& u, ChannelParams& cp) {
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) {
+#if NJ_AFFINE
+    cp.w[j] = u.c_valid ? load_weight(p.weight, u.c0 + j) : 0.f;
+    cp.b[j] = u.c_valid ? load_weight(p.bias, u.c0 + j) : 0.f;
+#else
+    cp.w[j] = 1.f, cp.b[j] = 0.f;
+#endif
+  }
+}
+
+#if !NJ_BACKWARD
+// ------------------------------------------------------------------------------------- forward
+__device__ __forceinline__ void nhwc_tile_stats(const TileUnit& u, idx_t t0, const NhwcTile& t, float* smem,
+                                                float (&count)[1], float (&mean)[NJ_VEC], float (&m2)[NJ_VEC]) {
+  const int row = threadIdx.x / NJ_GROUP;
+  float s[1][NJ_VEC];
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) s[0][j] = 0.f;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i)
+    if (t0 + row + (idx_t)i * NJ_ROWS < u.s_end)
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) s[0][j] += to_float(t.x[i].v[j]);
+  column_sum<1>(s, smem);
+  const idx_t rows = u.s_end > t0 ? min((idx_t)NJ_ROWS * NJ_ITEMS, u.s_end - t0) : 0;
+  count[0] = (float)rows;
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) mean[j] = rows > 0 ? s[0][j] / count[0] : 0.f;
+  float q[1][NJ_VEC];
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) q[0][j] = 0.f;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i)
+    if (t0 + row + (idx_t)i * NJ_ROWS < u.s_end)
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) {
+        const float d = to_float(t.x[i].v[j]) - mean[j];
+        q[0][j] += d * d;
+      }
+  column_sum<1>(q, smem);
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) m2[j] = q[0][j];
+}
+
+__device__ __forceinline__ void nhwc_normalize(const NjParams& p, const TileUnit& u, idx_t t0, const NhwcTile& t,
+                                               const ChannelParams& cp) {
+  const int row = threadIdx.x / NJ_GROUP;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t s = t0 + row + (idx_t)i * NJ_ROWS;
+    if (u.c_valid && s < u.s_end) {
+      const idx_t e = elem_at(p, u, s);
+#if NJ_RESIDUAL
+      const vec_t r = load_vec(p.residual, e);
+#endif
+      vec_t out;
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) {
+        float z = (to_float(t.x[i].v[j]) - cp.mean[j]) * (cp.rstd[j] * cp.w[j]) + cp.b[j];
+#if NJ_RESIDUAL
+        z += to_float(r.v[j]);
+#endif
+        out.v[j] = from_float<data_t>(activate(z, p.act_param));
+      }
+      store_vec(p.y, e, out);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
+normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
+  __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
+  __shared__ bool last_flag;
+  const int row = threadIdx.x / NJ_GROUP;
+  const idx_t rounds = tile_rounds(p);
+  constexpr idx_t kTile = (idx_t)NJ_ROWS * NJ_ITEMS;
+
+  for (idx_t round = 0; round < rounds; ++round) {
+    const TileUnit u = make_tile_unit(p, round);
+    const idx_t inst = u.n * channel_tiles(p) + u.tile;
+    ChannelParams cp;
+    load_affine(p, u, cp);
+#if NJ_TRAIN
+    float count[1] = {0.f}, m2[NJ_VEC];
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) cp.mean[j] = 0.f, m2[j] = 0.f;
+#if NJ_CACHED
+    NhwcTile t;
+    load_nhwc_tile(p, u, u.s_begin, t);
+    nhwc_tile_stats(u, u.s_begin, t, smem, count, cp.mean, m2);
+#else
+    for (idx_t t0 = u.s_begin; t0 < u.s_end; t0 += kTile) {
+      NhwcTile tt;
+      load_nhwc_tile(p, u, t0, tt);
+      float tc[1], tm[NJ_VEC], tq[NJ_VEC];
+      nhwc_tile_stats(u, t0, tt, smem, tc, tm, tq);
+      float merged = 0.f;
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) {
+        float n = count[0];
+        chan_merge(n, cp.mean[j], m2[j], tc[0], tm[j], tq[j]);
+        merged = n;
+      }
+      count[0] = merged;
+    }
+#endif
+    if (p.chunks > 1 && u.active) {
+      tile_exchange_arrive(p, u, inst, cp.mean, m2);
+      float n_tot = 0.f;
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) cp.mean[j] = 0.f, m2[j] = 0.f;
+      const int lane = threadIdx.x % NJ_GROUP;
+      for (int k = 0; k < p.chunks; ++k) {
+        const float* part = p.partials + ((inst * p.chunks + k) * NJ_TC + lane * NJ_VEC) * 2;
+        const float nk = tile_chunk_count(p, k);
+#pragma unroll
+        for (int j = 0; j < NJ_VEC; ++j) {
+          float n = n_tot;
+          chan_merge(n, cp.mean[j], m2[j], nk, __ldcg(part + 2 * j), __ldcg(part + 2 * j + 1));
+        }
+        n_tot += nk;
+      }
+      count[0] = n_tot;
+      exchange_depart(p.counters, inst, p.chunks);
+    }
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) {
+      const float var = count[0] > 0.f ? m2[j] / count[0] : 0.f;
+      cp.rstd[j] = rsqrtf(var + p.eps);
+      if (u.c_valid && u.chunk == 0 && row == 0) {
+        const idx_t instance = u.n * p.C + u.c0 + j;
+#if NJ_SAVE
+        p.save_mean[instance] = cp.mean[j];
+        p.save_rstd[instance] = cp.rstd[j];
+#endif
+#if NJ_RUNNING
+        p.scratch[2 * instance] = cp.mean[j];
+        p.scratch[2 * instance + 1] = var;
+#endif
+      }
+    }
+#else
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) {
+      cp.mean[j] = u.c_valid ? p.running_mean[u.c0 + j] : 0.f;
+      cp.rstd[j] = u.c_valid ? rsqrtf(p.running_var[u.c0 + j] + p.eps) : 0.f;
+    }
+#endif
+
+#if NJ_TRAIN && NJ_CACHED
+    nhwc_normalize(p, u, u.s_begin, t, cp);
+#else
+    for (idx_t t0 = u.s_begin; t0 < u.s_end; t0 += kTile) {
+      NhwcTile tt;
+      load_nhwc_tile(p, u, t0, tt);
+      nhwc_normalize(p, u, t0, tt, cp);
+    }
+#endif
+  }
+#if NJ_TRAIN && NJ_RUNNING
+  finish_running_stats(p, &last_flag);
+#endif
+}
+
+#else
+// ------------------------------------------------------------------------------------ backward
+__device__ __forceinline__ float nhwc_grad(const ChannelParams& cp, int j, float x, float dy, float res, float a) {
+#if NJ_ACT == 0
+  (void)cp, (void)j, (void)x, (void)res, (void)a;
+  return dy;
+#else
+  float z = (x - cp.mean[j]) * cp.rstd[j] * cp.w[j] + cp.b[j];
+#if NJ_RESIDUAL
+  z += res;
+#endif
+  return dy * activate_grad(z, a);
+#endif
+}
+
+__device__ __forceinline__ void nhwc_accumulate(const NjParams& p, const TileUnit& u, idx_t t0, const NhwcTile& t,
+                                                const ChannelParams& cp, float (&sums)[2][NJ_VEC]) {
+  const int row = threadIdx.x / NJ_GROUP;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i)
+    if (t0 + row + (idx_t)i * NJ_ROWS < u.s_end)
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) {
+        const float x = to_float(t.x[i].v[j]);
+        const float g = nhwc_grad(cp, j, x, to_float(t.dy[i].v[j]), nhwc_res(t, i, j), p.act_param);
+        sums[0][j] += g;
+        sums[1][j] += g * ((x - cp.mean[j]) * cp.rstd[j]);
+      }
+}
+
+__device__ __forceinline__ void nhwc_write_dx(const NjParams& p, const TileUnit& u, idx_t t0, const NhwcTile& t,
+                                              const ChannelParams& cp, const float (&sums)[2][NJ_VEC]) {
+  const int row = threadIdx.x / NJ_GROUP;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t s = t0 + row + (idx_t)i * NJ_ROWS;
+    if (u.c_valid && s < u.s_end) {
+      const idx_t e = elem_at(p, u, s);
+      vec_t dx;
+#if NJ_RESIDUAL
+      vec_t dres;
+#endif
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) {
+        const float x = to_float(t.x[i].v[j]);
+        const float g = nhwc_grad(cp, j, x, to_float(t.dy[i].v[j]), nhwc_res(t, i, j), p.act_param);
+        const float xhat = (x - cp.mean[j]) * cp.rstd[j];
+        dx.v[j] = from_float<data_t>(cp.rstd[j] * cp.w[j] *
+                                     (g - sums[0][j] * p.inv_spatial - xhat * sums[1][j] * p.inv_spatial));
+#if NJ_RESIDUAL
+        dres.v[j] = from_float<data_t>(g);
+#endif
+      }
+      store_vec(p.y, e, dx);
+#if NJ_RESIDUAL
+      if (p.dresidual) store_vec(p.dresidual, e, dres);
+#endif
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
+normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
+  __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
+  __shared__ bool last_flag;
+  const int row = threadIdx.x / NJ_GROUP;
+  const idx_t rounds = tile_rounds(p);
+  constexpr idx_t kTile = (idx_t)NJ_ROWS * NJ_ITEMS;
+
+  for (idx_t round = 0; round < rounds; ++round) {
+    const TileUnit u = make_tile_unit(p, round);
+    const idx_t inst = u.n * channel_tiles(p) + u.tile;
+    ChannelParams cp;
+    load_affine(p, u, cp);
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) {
+      cp.mean[j] = u.c_valid ? p.save_mean[u.n * p.C + u.c0 + j] : 0.f;
+      cp.rstd[j] = u.c_valid ? p.save_rstd[u.n * p.C + u.c0 + j] : 0.f;
+    }
+    float sums[2][NJ_VEC];
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) sums[0][j] = 0.f, sums[1][j] = 0.f;
+#if NJ_CACHED
+    NhwcTile t;
+    load_nhwc_tile(p, u, u.s_begin, t);
+    nhwc_accumulate(p, u, u.s_begin, t, cp, sums);
+#else
+    for (idx_t t0 = u.s_begin; t0 < u.s_end; t0 += kTile) {
+      NhwcTile tt;
+      load_nhwc_tile(p, u, t0, tt);
+      nhwc_accumulate(p, u, t0, tt, cp, sums);
+    }
+#endif
+    column_sum<2>(sums, smem);
+    if (p.chunks > 1 && u.active) {
+      tile_exchange_arrive(p, u, inst, sums[0], sums[1]);
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) sums[0][j] = 0.f, sums[1][j] = 0.f;
+      const int lane = threadIdx.x % NJ_GROUP;
+      for (int k = 0; k < p.chunks; ++k) {
+        const float* part = p.partials + ((inst * p.chunks + k) * NJ_TC + lane * NJ_VEC) * 2;
+#pragma unroll
+        for (int j = 0; j < NJ_VEC; ++j) sums[0][j] += __ldcg(part + 2 * j), sums[1][j] += __ldcg(part + 2 * j + 1);
+      }
+      exchange_depart(p.counters, inst, p.chunks);
+    }
+#if NJ_AFFINE
+    if (u.c_valid && u.chunk == 0 && row == 0 && (p.dweight || p.dbias)) {
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) {
+        p.scratch[2 * (u.n * p.C + u.c0 + j)] = sums[0][j];
+        p.scratch[2 * (u.n * p.C + u.c0 + j) + 1] = sums[1][j];
+      }
+    }
+#endif
+#if NJ_CACHED
+    nhwc_write_dx(p, u, u.s_begin, t, cp, sums);
+#else
+    for (idx_t t0 = u.s_begin; t0 < u.s_end; t0 += kTile) {
+      NhwcTile tt;
+      load_nhwc_tile(p, u, t0, tt);
+      nhwc_write_dx(p, u, t0, tt, cp, sums);
+    }
+#endif
+  }
+#if NJ_AFFINE
+  finish_weight_grads(p, &last_flag);
+#endif
+}
+#endif

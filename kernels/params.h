@@ -1,0 +1,50 @@
+// The argument block of every normjit kernel, shared verbatim by the host (runtime/) and the
+// generated device code, so both sides agree on the layout by construction. Plain C types only:
+// this file is compiled by the host compiler and by NVRTC (which sees no system headers).
+#pragma once
+
+#ifndef NJ_DEVICE_CODE
+#include <cstdint>
+typedef int64_t nj_i64;
+#else
+typedef long long nj_i64;
+#endif
+
+struct NjParams {
+  // Tensors. x/y/residual/dy/dx share one layout; see the stride fields below.
+  const void* x;
+  void* y;                 // forward output, or dx in the backward
+  const void* dy;          // backward only
+  const void* residual;    // forward: added before the activation
+  void* dresidual;         // backward: gradient of the residual
+  const void* weight;      // C elements, or null
+  const void* bias;        // C elements, or null
+  float* save_mean;        // N*C, written in training forward, read in backward
+  float* save_rstd;        // N*C
+  float* running_mean;     // C, updated in training forward / read in eval
+  float* running_var;      // C
+  float* dweight;          // C, backward
+  float* dbias;            // C, backward
+
+  // Cross-CTA workspace (see runtime/sync_workspace.h): counters that every launch leaves at zero,
+  // per-chunk partial results, and per-instance scratch.
+  unsigned* counters;      // 2 per instance + 1 global
+  float* partials;         // instances * chunks * 2
+  float* scratch;          // instances * 2 (per-instance sums for dweight/dbias or biased var)
+
+  // Shape. An instance is (n, c); element s of instance (n, c) is at
+  //   n * stride_n + c * stride_c + s * stride_s      (s in [0, spatial))
+  // NCDHW: stride_s = 1, stride_c = spatial. NDHWC: stride_s = C, stride_c = 1.
+  nj_i64 N, C, spatial;
+  nj_i64 stride_n, stride_c, stride_s;
+
+  // Work decomposition chosen by the heuristics (runtime values; the kernel's compile-time
+  // configuration only bounds them).
+  int chunks;              // CTAs cooperating on one instance (1 = no cross-CTA exchange)
+  int chunk_vectors;       // vectors each chunk covers (the last may cover fewer)
+
+  float eps;
+  float momentum;
+  float act_param;         // leaky_relu slope
+  float inv_spatial;       // 1 / spatial
+};

@@ -1,0 +1,146 @@
+#include "runtime/kernel_cache.h"
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/codegen.h"
+#include "compile/disk_cache.h"
+#include "driver/cuda_driver.h"
+#include "runtime/device.h"
+#include "runtime/log.h"
+#include "runtime/stats.h"
+
+namespace normjit {
+namespace {
+
+struct L2Key {
+  FusionKey fusion;
+  KernelConfig config;
+  int32_t device;
+  int32_t pad;
+};
+struct L2Hash {
+  size_t operator()(const L2Key& k) const { return hash_bytes(&k, sizeof(k)); }
+};
+struct L2Eq {
+  bool operator()(const L2Key& a, const L2Key& b) const { return bytes_equal(a, b); }
+};
+
+struct Slot {
+  std::once_flag once;
+  std::atomic<bool> ready{false};
+  LoadedKernel kernel;
+};
+
+std::mutex g_mutex;
+std::unordered_map<L2Key, std::shared_ptr<Slot>, L2Hash, L2Eq> g_kernels;
+
+// Configs compiled (or read from disk) per fusion and arch in this process, to explain recompiles.
+std::mutex g_history_mutex;
+std::map<std::pair<std::string, int>, std::vector<KernelConfig>> g_history;
+
+std::string compile_reason(const FusionKey& f, const KernelConfig& c, int arch) {
+  std::lock_guard<std::mutex> lock(g_history_mutex);
+  auto& seen = g_history[{describe(f), arch}];
+  std::string reason;
+  if (seen.empty()) {
+    reason = "new fusion";
+  } else {
+    // The nearest compiled config: the one with the fewest differing fields.
+    std::string best;
+    size_t best_count = ~size_t(0);
+    for (const KernelConfig& old : seen) {
+      const std::string d = config_diff(old, c);
+      const size_t count = d.empty() ? 0 : 1 + std::count(d.begin(), d.end(), ',');
+      if (count < best_count) best_count = count, best = d;
+    }
+    reason = "new kernel config (" + best + " vs the nearest compiled one)";
+  }
+  seen.push_back(c);
+  return reason;
+}
+
+L2Key make_key(const FusionKey& f, const KernelConfig& c, int device) {
+  L2Key k = zeroed<L2Key>();
+  k.fusion = f;
+  k.config = c;
+  k.device = device;
+  return k;
+}
+
+}  // namespace
+
+compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch) {
+  const codegen::KernelSource src = codegen::generate(f, c);
+  compile::CompileRequest req;
+  req.name = src.name;
+  req.source = src.source;
+  req.arch = arch;
+  compile::DiskCache& disk = compile::DiskCache::global();
+  compile::CompileResult r = compile::compile_cubin(req, disk.enabled() ? &disk : nullptr);
+  const std::string reason = compile_reason(f, c, arch);
+  auto& counters = stats::counters();
+  if (r.from_disk) {
+    counters.disk_hits++;
+    log::line(log::disk, "disk hit " + src.name + " (" + reason + ")");
+  } else {
+    counters.disk_misses++;
+    stats::record_compile(src.name, r.compile_ms);
+    std::ostringstream s;
+    s << "compiled " << src.name << " for sm_" << arch << " in " << r.compile_ms << " ms: " << reason
+      << (disk.enabled() ? "; not in the disk cache" : "; disk cache disabled");
+    log::line(reason == "new fusion" ? log::compile : log::Topic(log::compile | log::recompile), s.str());
+  }
+  return r;
+}
+
+const LoadedKernel& get_kernel(const FusionKey& f, const KernelConfig& c, int device) {
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto& s = g_kernels[make_key(f, c, device)];
+    if (!s) s = std::make_shared<Slot>();
+    slot = s;
+  }
+  if (slot->ready.load(std::memory_order_acquire)) {
+    stats::counters().kernel_hits++;
+    return slot->kernel;
+  }
+  std::call_once(slot->once, [&] {
+    stats::counters().kernel_misses++;
+    const DeviceState& dev = device_state(device);
+    const compile::CompileResult r = compile_kernel(f, c, dev.profile.arch);
+    const auto& cu = driver::cuda_driver();
+    make_current(dev);
+    CUmodule module;
+    driver::check_cuda(cu.cuModuleLoadData(&module, r.cubin.data()), "cuModuleLoadData");
+    const codegen::KernelSource src = codegen::generate(f, c);
+    LoadedKernel& k = slot->kernel;
+    k.name = src.name;
+    driver::check_cuda(cu.cuModuleGetFunction(&k.function, module, src.entry.c_str()), "cuModuleGetFunction");
+    driver::check_cuda(cu.cuFuncGetAttribute(&k.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, k.function),
+                       "cuFuncGetAttribute");
+    driver::check_cuda(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.max_blocks_per_sm, k.function, c.threads, 0),
+                       "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+    slot->ready.store(true, std::memory_order_release);
+  });
+  return slot->kernel;
+}
+
+bool kernel_loaded(const FusionKey& f, const KernelConfig& c, int device) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_kernels.find(make_key(f, c, device));
+  return it != g_kernels.end() && it->second->ready.load();
+}
+
+void clear_kernel_cache() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_kernels.clear();
+}
+
+}  // namespace normjit

@@ -1,0 +1,35 @@
+// L2: loaded kernels keyed by (fusion, kernel config, device), and the compile step behind it.
+//
+// A miss generates the source, asks the disk cache (L3), else compiles with NVRTC, then loads the
+// cubin into the device's primary context. One compile per key at a time: concurrent callers of
+// the same key wait for the first and share its result; different keys compile in parallel.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+#include "compile/compiler.h"
+#include "runtime/keys.h"
+
+namespace normjit {
+
+struct LoadedKernel {
+  CUfunction function = nullptr;
+  std::string name;
+  int registers = 0;
+  int max_blocks_per_sm = 0;  // occupancy at the kernel's block size
+};
+
+// Source -> cubin through the disk cache, without a GPU. Logs the reason when NORMJIT_LOG asks.
+compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch);
+
+// The loaded kernel (compiling on a miss).
+const LoadedKernel& get_kernel(const FusionKey& f, const KernelConfig& c, int device);
+// Whether the kernel is loaded already (no compile), e.g. during CUDA-graph capture.
+bool kernel_loaded(const FusionKey& f, const KernelConfig& c, int device);
+
+// Forgets the L2 entries (their modules stay loaded: a plan may still use them).
+void clear_kernel_cache();
+
+}  // namespace normjit

@@ -1,0 +1,272 @@
+#include "schedule/heuristics.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace normjit {
+namespace {
+
+// Registers per thread each direction's kernels are capped at (through NJ_MIN_BLOCKS). Measured
+// with ptxas -v: the forward needs ~62 with 4 cached 16-byte vectors, the backward ~100 (x, dy and
+// possibly the residual in registers).
+int register_budget(Direction d) { return d == Direction::forward ? 64 : 128; }
+
+// One size tier: a CTA of `threads`, groups of `group` threads per instance.
+struct Tier {
+  int threads, group;
+  const char* name;
+};
+// Smallest first. Groups <= 32 put several instances in one CTA (warp shuffles only); larger
+// groups are the whole CTA (shared-memory reductions).
+constexpr Tier kTiers[] = {
+    {256, 8, "tiny (8 threads/instance)"},   {256, 32, "small (warp/instance)"},
+    {128, 128, "medium (CTA of 128)"},       {256, 256, "medium (CTA of 256)"},
+    {512, 512, "large (CTA of 512)"},        {1024, 1024, "large (CTA of 1024)"},
+};
+constexpr int kSplitThreads = 512;
+constexpr int kBoundedItems = 4;
+
+bool tier_allowed(const Tier& t, Direction d) {
+  // The backward holds x and dy: 1024 threads x 128 registers exceeds the register file.
+  return !(d == Direction::backward && t.threads > 512);
+}
+
+int min_blocks_for(int threads, Direction d, const DeviceProfile& dev) {
+  const int by_regs = dev.regs_per_sm / (threads * register_budget(d));
+  const int by_threads = dev.max_threads_per_sm / threads;
+  return std::max(1, std::min(by_regs, by_threads));
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int items_for(Policy policy, int64_t nvec, int group) {
+  if (policy == Policy::bounded) return kBoundedItems;
+  // exact: the fewest items (power of two, <= 8) that hold the instance in this group.
+  int items = 1;
+  while (items < 8 && int64_t(items) * group < nvec) items *= 2;
+  return items;
+}
+
+}  // namespace
+
+Policy policy_from_env() {
+  const char* v = std::getenv("NORMJIT_POLICY");
+  return (v && std::strcmp(v, "exact") == 0) ? Policy::exact : Policy::bounded;
+}
+const char* policy_name(Policy p) { return p == Policy::exact ? "exact" : "bounded"; }
+
+int vector_width(const ShapeKey& s, DType dtype, Layout layout) {
+  const int es = dtype_size(dtype);
+  int vec = std::min(16, int(s.align_bytes)) / es;
+  // The vectorised dimension is the spatial one (NCDHW) or the channel one (NDHWC); every
+  // instance start must stay aligned, so the other strides must be multiples too.
+  const int64_t inner = layout == Layout::ncdhw ? s.spatial : s.C;
+  auto fits = [&](int v) {
+    return inner % v == 0 && s.stride_n % v == 0 &&
+           (layout == Layout::ncdhw ? s.stride_c % v == 0 : s.stride_s % v == 0);
+  };
+  while (vec > 1 && !fits(vec)) vec /= 2;
+  return std::max(vec, 1);
+}
+
+bool needs_index64(const ShapeKey& s) {
+  const int64_t last = (s.N - 1) * s.stride_n + (s.C - 1) * s.stride_c + (s.spatial - 1) * s.stride_s;
+  // +16: the widest vector access past the last element's start; the instance-chunk counters too.
+  return last + 16 >= (int64_t(1) << 31) || s.N * s.C * 2048 >= (int64_t(1) << 31);
+}
+
+namespace {
+
+Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  Launch l;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const bool idx64 = needs_index64(s);
+  const int64_t nvec = s.spatial / vec;
+  const int64_t instances = s.N * s.C;
+  const bool exchange = f.train;  // eval needs no statistics: chunks never talk to each other
+
+  for (const Tier& t : kTiers) {
+    if (!tier_allowed(t, f.direction)) continue;
+    const int items = items_for(policy, nvec, t.group);
+    if (int64_t(t.group) * items < nvec) continue;
+    const int mb = min_blocks_for(t.threads, f.direction, dev);
+    l.config = make_config(t.threads, t.group, items, vec, mb, /*cached=*/true, idx64);
+    l.chunks = 1;
+    l.chunk_vectors = nvec;
+    const int per_cta = t.threads / t.group;
+    l.grid = std::min<int64_t>(ceil_div(instances, per_cta), int64_t(dev.sms) * mb * 64);
+    l.tier = t.name;
+    break;
+  }
+
+  if (l.config.threads == 0) {
+    // Split: several CTAs per instance.
+    const int threads = kSplitThreads;
+    const int mb = min_blocks_for(threads, f.direction, dev);
+    const int64_t resident = int64_t(dev.sms) * mb;
+    const int items = kBoundedItems;
+    const int64_t tile = int64_t(threads) * items;
+    const int64_t k_cached = ceil_div(nvec, tile);
+    if (!exchange) {
+      // Eval is elementwise: split for parallelism, each chunk a whole number of tiles.
+      l.config = make_config(threads, threads, items, vec, mb, false, idx64);
+      l.chunks = int(std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / std::max<int64_t>(1, instances))));
+      l.chunk_vectors = ceil_div(nvec, l.chunks);
+      l.grid = instances * l.chunks;
+      l.tier = "split (elementwise)";
+    } else if (k_cached <= resident) {
+      // Every chunk stays in registers: x is read once. All CTAs of an instance must be co-resident,
+      // and the grid a multiple of the chunk count so peers share a round.
+      l.config = make_config(threads, threads, items, vec, mb, true, idx64);
+      l.chunks = int(k_cached);
+      l.chunk_vectors = ceil_div(nvec, l.chunks);
+      l.grid = std::min(resident / l.chunks, instances) * l.chunks;
+      l.cooperative = l.chunks > 1;
+      l.tier = "split, cached in registers";
+    } else {
+      // Too large to hold on chip: stream each chunk twice (statistics, then output).
+      l.config = make_config(threads, threads, items, vec, mb, false, idx64);
+      l.chunks = int(std::max<int64_t>(1, std::min<int64_t>(k_cached, resident / std::max<int64_t>(1, instances))));
+      l.chunk_vectors = ceil_div(nvec, l.chunks);
+      l.cooperative = l.chunks > 1;
+      l.grid = l.cooperative ? std::min(resident / l.chunks, instances) * l.chunks : instances;
+      l.tier = "split, streamed twice";
+    }
+  }
+
+  l.partials = l.cooperative ? 2 * instances * l.chunks : 0;
+  return l;
+}
+
+// Channels-last: a CTA owns (n, a tile of TC = lanes * vec channels, a chunk of positions).
+// config.group holds the lanes across channels; rows = threads / lanes cover positions.
+int nhwc_lanes(int64_t C, int vec) {
+  const int cap = vec == 1 ? 32 : 8;  // 8 x 16 bytes = 128-byte rows per warp segment
+  int lanes = 1;
+  while (lanes < cap && int64_t(lanes) * vec < C) lanes *= 2;
+  return lanes;
+}
+
+constexpr int kNhwcThreads[] = {64, 256};
+constexpr int kNhwcSplitThreads = 256;
+// The NHWC kernels keep per-channel mean/rstd/weight/bias for their vector: ~96 registers.
+int nhwc_min_blocks(int threads, const DeviceProfile& dev) {
+  return std::max(1, std::min(dev.regs_per_sm / (threads * 128), dev.max_threads_per_sm / threads));
+}
+
+Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  Launch l;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const bool idx64 = needs_index64(s);
+  const int lanes = nhwc_lanes(s.C, vec);
+  const int64_t tiles = ceil_div(s.C, int64_t(lanes) * vec);
+  const int64_t insts = s.N * tiles;
+  for (int threads : kNhwcThreads) {
+    const int rows = threads / lanes;
+    const int items = policy == Policy::bounded ? kBoundedItems : items_for(policy, s.spatial, rows);
+    if (int64_t(rows) * items < s.spatial) continue;
+    const int mb = nhwc_min_blocks(threads, dev);
+    l.config = make_config(threads, lanes, items, vec, mb, true, idx64);
+    l.chunks = 1;
+    l.chunk_vectors = s.spatial;
+    l.grid = insts;
+    l.tier = threads == 64 ? "channels-last small (CTA of 64)" : "channels-last medium (CTA of 256)";
+    return l;
+  }
+  const int threads = kNhwcSplitThreads;
+  const int rows = threads / lanes;
+  const int mb = nhwc_min_blocks(threads, dev);
+  const int64_t resident = int64_t(dev.sms) * mb;
+  const int64_t k_cached = ceil_div(s.spatial, int64_t(rows) * kBoundedItems);
+  if (!f.train) {
+    l.config = make_config(threads, lanes, kBoundedItems, vec, mb, false, idx64);
+    l.chunks = int(std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / insts)));
+    l.tier = "channels-last split (elementwise)";
+  } else if (k_cached <= resident) {
+    l.config = make_config(threads, lanes, kBoundedItems, vec, mb, true, idx64);
+    l.chunks = int(k_cached);
+    l.cooperative = l.chunks > 1;
+    l.tier = "channels-last split, cached in registers";
+  } else {
+    l.config = make_config(threads, lanes, kBoundedItems, vec, mb, false, idx64);
+    l.chunks = int(std::max<int64_t>(1, std::min<int64_t>(k_cached, resident / insts)));
+    l.cooperative = l.chunks > 1;
+    l.tier = "channels-last split, streamed twice";
+  }
+  l.chunk_vectors = ceil_div(s.spatial, l.chunks);
+  l.grid = l.cooperative ? std::min(resident / l.chunks, insts) * l.chunks : insts * l.chunks;
+  l.partials = l.cooperative ? insts * l.chunks * int64_t(lanes) * vec * 2 : 0;
+  return l;
+}
+
+}  // namespace
+
+Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  Launch l = f.layout == Layout::ncdhw ? choose_ncdhw(f, s, dev, policy) : choose_nhwc(f, s, dev, policy);
+  // Workspace: exchange counters (2 per instance + 1 grid-wide), partials, per-instance scratch.
+  const int64_t instances = s.N * s.C;
+  const bool grid_reduce = (f.direction == Direction::forward && f.running) ||
+                           (f.direction == Direction::backward && f.affine);
+  if (l.cooperative || grid_reduce) {
+    l.counters = 2 * instances + 1;
+    l.scratch = grid_reduce ? 2 * instances : 0;
+  } else {
+    l.partials = 0;
+  }
+  return l;
+}
+
+std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy) {
+  // Mirrors choose_launch: the tiers (plus the split configs) x vector classes x index widths.
+  // Tiers depend on the device only through min_blocks, which is fixed per threads for the
+  // built-in register budgets on every supported GPU (65536 registers, >= 1536 threads per SM).
+  const DeviceProfile dev = builtin_profile("H200");
+  std::vector<KernelConfig> out;
+  const int es = dtype_size(f.dtype);
+  if (f.layout == Layout::ndhwc) {
+    for (int vec = 16 / es; vec >= 1; vec /= 2)
+      for (bool idx64 : {false, true})
+        for (int lanes = 1; lanes <= (vec == 1 ? 32 : 8); lanes *= 2) {
+          for (int threads : kNhwcThreads) {
+            const int rows = threads / lanes;
+            if (policy == Policy::bounded) {
+              out.push_back(make_config(threads, lanes, kBoundedItems, vec, nhwc_min_blocks(threads, dev), true, idx64));
+            } else {
+              for (int items = 1; items <= 8; items *= 2)
+                if (rows * items >= 1)
+                  out.push_back(make_config(threads, lanes, items, vec, nhwc_min_blocks(threads, dev), true, idx64));
+            }
+          }
+          const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
+          if (f.train) out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, true, idx64));
+          out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, idx64));
+        }
+  } else {
+  for (int vec = 16 / es; vec >= 1; vec /= 2) {
+    for (bool idx64 : {false, true}) {
+      for (const Tier& t : kTiers) {
+        if (!tier_allowed(t, f.direction)) continue;
+        const int mb = min_blocks_for(t.threads, f.direction, dev);
+        if (policy == Policy::bounded) {
+          out.push_back(make_config(t.threads, t.group, kBoundedItems, vec, mb, true, idx64));
+        } else {
+          for (int items = 1; items <= 8; items *= 2)
+            out.push_back(make_config(t.threads, t.group, items, vec, mb, true, idx64));
+        }
+      }
+      const int mb = min_blocks_for(kSplitThreads, f.direction, dev);
+      if (f.train) out.push_back(make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, true, idx64));
+      out.push_back(make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, false, idx64));
+    }
+  }
+  }
+  // Remove duplicates (the split cached config equals the 512 tier under the bounded policy).
+  std::vector<KernelConfig> unique;
+  for (const KernelConfig& c : out)
+    if (std::none_of(unique.begin(), unique.end(), [&](const KernelConfig& u) { return bytes_equal(u, c); }))
+      unique.push_back(c);
+  return unique;
+}
+
+}  // namespace normjit

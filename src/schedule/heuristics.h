@@ -1,0 +1,54 @@
+// The heuristics: (fusion, shape, device) -> kernel config and launch decomposition.
+//
+// All of normjit's tuning lives in heuristics.cpp. Pure functions of their arguments: no GPU, no
+// global state, so `normjit explain` and the tests can call them offline.
+//
+// What selects a kernel config (and therefore a compile) — the rest is a runtime argument:
+//   * the fusion (direction, dtypes, layout, train/eval, affine, residual, running stats, activation)
+//   * the vector width: largest of 16/8/4/2/1 bytes that divides every pointer, the spatial size
+//     and the strides (the "alignment class")
+//   * the size tier: the smallest (threads, group) tier whose register tile holds one instance,
+//     else a split tier (several CTAs per instance, cached in registers when the co-resident CTAs
+//     can hold it, streamed twice otherwise)
+//   * the index width: 64-bit once an element offset reaches 2^31
+// Under the default bounded policy items is fixed at 4, so the kernels per fusion are at most
+// |vec classes| x |tiers| x 2 (index width): see enumerate_configs().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/keys.h"
+#include "schedule/device_profile.h"
+
+namespace normjit {
+
+enum class Policy : uint8_t { bounded = 0, exact = 1 };
+// NORMJIT_POLICY=exact selects the exact policy; anything else (or unset) the bounded default.
+Policy policy_from_env();
+const char* policy_name(Policy p);
+
+struct Launch {
+  KernelConfig config;
+  int chunks = 1;              // CTAs per instance
+  int64_t chunk_vectors = 0;   // vectors per chunk
+  int64_t grid = 1;            // CTAs
+  bool cooperative = false;    // chunks exchange partials: every CTA must be co-resident
+  int64_t counters = 0;        // workspace sizes (elements), 0 = not needed
+  int64_t partials = 0;
+  int64_t scratch = 0;
+  const char* tier = "";       // the size tier, for explain
+};
+
+// The vector width (elements) a shape allows for a dtype.
+int vector_width(const ShapeKey& s, DType dtype, Layout layout);
+// Whether element offsets need 64-bit arithmetic.
+bool needs_index64(const ShapeKey& s);
+
+Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy);
+
+// Every config choose_launch can return for this fusion under the policy (the documented bound).
+std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy);
+
+}  // namespace normjit

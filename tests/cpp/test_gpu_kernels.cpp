@@ -1,0 +1,322 @@
+// GPU tests of the kernels through the C++ API alone (no PyTorch): every layout, dtype and size
+// tier against a double-precision CPU reference. Skipped, with a message, where no GPU exists.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "driver/cuda_driver.h"
+#include "normjit/normjit.h"
+
+namespace {
+
+using normjit::DType;
+
+bool have_gpu() {
+  static const bool ok = normjit::availability().available;
+  return ok;
+}
+#define REQUIRE_GPU()                                                                           \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU: skipped (" << normjit::availability().reason << ")"
+
+// ------------------------------------------------------------------ host-side dtype conversions
+uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);  // NaN stays NaN
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+float bf16_to_f32(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A host tensor stored in the device dtype, with float views.
+struct HostTensor {
+  DType dtype;
+  std::vector<unsigned char> bytes;
+  size_t n = 0;
+  HostTensor(DType d, size_t count) : dtype(d), bytes(count * normjit::dtype_size(d)), n(count) {}
+  float get(size_t i) const {
+    if (dtype == DType::f32) return reinterpret_cast<const float*>(bytes.data())[i];
+    if (dtype == DType::f16) return float(reinterpret_cast<const _Float16*>(bytes.data())[i]);
+    return bf16_to_f32(reinterpret_cast<const uint16_t*>(bytes.data())[i]);
+  }
+  void set(size_t i, float v) {
+    if (dtype == DType::f32) reinterpret_cast<float*>(bytes.data())[i] = v;
+    else if (dtype == DType::f16) reinterpret_cast<_Float16*>(bytes.data())[i] = _Float16(v);
+    else reinterpret_cast<uint16_t*>(bytes.data())[i] = f32_to_bf16(v);
+  }
+};
+
+struct DeviceBuffer {
+  CUdeviceptr ptr = 0;
+  size_t size = 0;
+  explicit DeviceBuffer(size_t bytes) : size(bytes) {
+    const auto& cu = normjit::driver::cuda_driver();
+    normjit::driver::check_cuda(cu.cuMemAlloc(&ptr, bytes ? bytes : 16), "cuMemAlloc");
+    normjit::driver::check_cuda(cu.cuMemsetD8(ptr, 0xff, bytes ? bytes : 16), "cuMemsetD8");  // poison
+  }
+  ~DeviceBuffer() { normjit::driver::cuda_driver().cuMemFree(ptr); }
+  void* get() const { return reinterpret_cast<void*>(ptr); }
+  void upload(const void* src) {
+    normjit::driver::check_cuda(normjit::driver::cuda_driver().cuMemcpyHtoD(ptr, src, size), "cuMemcpyHtoD");
+  }
+  void download(void* dst) const {
+    normjit::driver::check_cuda(normjit::driver::cuda_driver().cuMemcpyDtoH(dst, ptr, size), "cuMemcpyDtoH");
+  }
+};
+
+// ------------------------------------------------------------------ double-precision reference
+struct Case {
+  std::vector<int64_t> shape;  // N, C, spatial...
+  DType dtype = DType::f32;
+  bool channels_last = false;
+  bool affine = true;
+  normjit::Activation act = normjit::Activation::identity;
+  bool residual = false;
+  float offset = 0.f;  // added to x: mean >> std
+};
+
+struct Layout {
+  int64_t N, C, S;
+  bool cl;
+  int64_t at(int64_t n, int64_t c, int64_t s) const { return cl ? (n * S + s) * C + c : (n * C + c) * S + s; }
+};
+
+double act_ref(normjit::Activation a, double z, double slope) {
+  using A = normjit::Activation;
+  switch (a) {
+    case A::identity: return z;
+    case A::relu: return z > 0 ? z : 0;
+    case A::leaky_relu: return z >= 0 ? z : z * slope;
+    case A::gelu_erf: return 0.5 * z * (1 + std::erf(z / std::sqrt(2.0)));
+    case A::gelu_tanh: return 0.5 * z * (1 + std::tanh(0.7978845608028654 * (z + 0.044715 * z * z * z)));
+    case A::silu: return z / (1 + std::exp(-z));
+    case A::sigmoid: return 1 / (1 + std::exp(-z));
+    case A::tanh: return std::tanh(z);
+  }
+  return z;
+}
+double act_grad_ref(normjit::Activation a, double z, double slope) {
+  const double h = 1e-6 * std::max(1.0, std::fabs(z));
+  if (a == normjit::Activation::relu) return z > 0 ? 1 : 0;
+  if (a == normjit::Activation::leaky_relu) return z > 0 ? 1 : slope;
+  return (act_ref(a, z + h, slope) - act_ref(a, z - h, slope)) / (2 * h);
+}
+
+normjit::TensorArg arg(const DeviceBuffer& b, DType d, const Case& c) {
+  normjit::TensorArg t = normjit::contiguous_tensor(b.get(), d, c.shape);
+  if (c.channels_last) {  // strides of NDHWC for sizes (N, C, spatial...)
+    int64_t stride = t.sizes[1];
+    for (int dim = t.ndim - 1; dim >= 2; --dim) t.strides[dim] = stride, stride *= t.sizes[dim];
+    t.strides[1] = 1;
+    t.strides[0] = stride;
+  }
+  return t;
+}
+
+double tolerance(DType d) { return d == DType::f32 ? 2e-4 : d == DType::f16 ? 1.5e-2 : 8e-2; }
+
+// Runs forward and backward on the GPU and checks y, mean/rstd, dx, dweight, dbias (and the
+// residual's gradient) against double precision. Returns dx's bytes, for determinism checks.
+std::vector<unsigned char> check_case(const Case& c, uint32_t seed = 1) {
+  Layout L{c.shape[0], c.shape[1], 1, c.channels_last};
+  for (size_t d = 2; d < c.shape.size(); ++d) L.S *= c.shape[d];
+  const size_t total = size_t(L.N * L.C * L.S);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  HostTensor x(c.dtype, total), dy(c.dtype, total), res(c.dtype, total);
+  for (size_t i = 0; i < total; ++i) {
+    x.set(i, c.offset + normal(rng) * 2.f + 0.5f);
+    dy.set(i, normal(rng));
+    res.set(i, normal(rng));
+  }
+  std::vector<float> w(L.C), b(L.C);
+  for (int64_t i = 0; i < L.C; ++i) w[i] = 1.f + 0.3f * normal(rng), b[i] = 0.2f * normal(rng);
+
+  const size_t bytes = total * normjit::dtype_size(c.dtype);
+  DeviceBuffer dx_buf(bytes), dy_buf(bytes), x_buf(bytes), y_buf(bytes), res_buf(bytes), dres_buf(bytes);
+  DeviceBuffer w_buf(L.C * 4), b_buf(L.C * 4), mean_buf(L.N * L.C * 4), rstd_buf(L.N * L.C * 4);
+  DeviceBuffer dw_buf(L.C * 4), db_buf(L.C * 4);
+  x_buf.upload(x.bytes.data());
+  dy_buf.upload(dy.bytes.data());
+  res_buf.upload(res.bytes.data());
+  w_buf.upload(w.data());
+  b_buf.upload(b.data());
+
+  normjit::ForwardArgs fa;
+  fa.x = arg(x_buf, c.dtype, c);
+  fa.y = arg(y_buf, c.dtype, c);
+  if (c.affine) {
+    fa.weight = normjit::contiguous_tensor(w_buf.get(), DType::f32, {L.C});
+    fa.bias = normjit::contiguous_tensor(b_buf.get(), DType::f32, {L.C});
+  }
+  if (c.residual) fa.residual = arg(res_buf, c.dtype, c);
+  fa.save_mean = static_cast<float*>(mean_buf.get());
+  fa.save_rstd = static_cast<float*>(rstd_buf.get());
+  fa.activation = c.act;
+  normjit::instance_norm_forward(fa);
+
+  normjit::BackwardArgs ba;
+  ba.x = fa.x;
+  ba.dy = arg(dy_buf, c.dtype, c);
+  ba.dx = arg(dx_buf, c.dtype, c);
+  ba.weight = fa.weight;
+  ba.bias = fa.bias;
+  ba.residual = fa.residual;
+  if (c.residual) ba.dresidual = arg(dres_buf, c.dtype, c);
+  ba.save_mean = fa.save_mean;
+  ba.save_rstd = fa.save_rstd;
+  if (c.affine) ba.dweight = static_cast<float*>(dw_buf.get()), ba.dbias = static_cast<float*>(db_buf.get());
+  ba.activation = c.act;
+  normjit::instance_norm_backward(ba);
+
+  HostTensor y(c.dtype, total), dx(c.dtype, total), dres(c.dtype, total);
+  y_buf.download(y.bytes.data());
+  dx_buf.download(dx.bytes.data());
+  if (c.residual) dres_buf.download(dres.bytes.data());
+  std::vector<float> mean(L.N * L.C), rstd(L.N * L.C), dw(L.C), db(L.C);
+  mean_buf.download(mean.data());
+  rstd_buf.download(rstd.data());
+  if (c.affine) dw_buf.download(dw.data()), db_buf.download(db.data());
+
+  const double tol = tolerance(c.dtype);
+  std::vector<double> dw_ref(L.C, 0), db_ref(L.C, 0);
+  double max_err_y = 0, max_err_dx = 0;
+  for (int64_t n = 0; n < L.N; ++n)
+    for (int64_t ch = 0; ch < L.C; ++ch) {
+      double m = 0;
+      for (int64_t s = 0; s < L.S; ++s) m += x.get(L.at(n, ch, s));
+      m /= double(L.S);
+      double v = 0;
+      for (int64_t s = 0; s < L.S; ++s) v += std::pow(x.get(L.at(n, ch, s)) - m, 2);
+      v /= double(L.S);
+      const double rs = 1 / std::sqrt(v + 1e-5);
+      const double wc = c.affine ? w[ch] : 1, bc = c.affine ? b[ch] : 0;
+      EXPECT_NEAR(mean[n * L.C + ch], m, 1e-5 * std::max(1.0, std::fabs(m)) + 1e-5) << "mean n=" << n << " c=" << ch;
+      EXPECT_NEAR(rstd[n * L.C + ch], rs, 1e-3 * rs) << "rstd n=" << n << " c=" << ch;
+      double sg = 0, sgx = 0;
+      std::vector<double> g(L.S), xh(L.S);
+      for (int64_t s = 0; s < L.S; ++s) {
+        const int64_t i = L.at(n, ch, s);
+        xh[s] = (x.get(i) - m) * rs;
+        const double z = xh[s] * wc + bc + (c.residual ? res.get(i) : 0);
+        max_err_y = std::max(max_err_y, std::fabs(y.get(i) - act_ref(c.act, z, 0.01)));
+        g[s] = dy.get(i) * act_grad_ref(c.act, z, 0.01);
+        sg += g[s], sgx += g[s] * xh[s];
+        if (c.residual) EXPECT_NEAR(dres.get(i), g[s], tol * (1 + std::fabs(g[s])));
+      }
+      for (int64_t s = 0; s < L.S; ++s) {
+        const double ref = rs * wc * (g[s] - sg / L.S - xh[s] * sgx / L.S);
+        max_err_dx = std::max(max_err_dx, std::fabs(dx.get(L.at(n, ch, s)) - ref) / (rs * std::fabs(wc) + 1e-3));
+      }
+      dw_ref[ch] += sgx, db_ref[ch] += sg;
+    }
+  EXPECT_LT(max_err_y, tol * 4) << "forward output";
+  EXPECT_LT(max_err_dx, tol * 4) << "dx";
+  if (c.affine)
+    for (int64_t ch = 0; ch < L.C; ++ch) {
+      EXPECT_NEAR(dw[ch], dw_ref[ch], tol * (std::sqrt(double(L.N * L.S)) + std::fabs(dw_ref[ch]))) << "dweight " << ch;
+      EXPECT_NEAR(db[ch], db_ref[ch], tol * (std::sqrt(double(L.N * L.S)) + std::fabs(db_ref[ch]))) << "dbias " << ch;
+    }
+  return dx.bytes;
+}
+
+class GpuKernels : public ::testing::TestWithParam<Case> {};
+
+TEST_P(GpuKernels, MatchesDoubleReference) {
+  REQUIRE_GPU();
+  check_case(GetParam());
+}
+
+std::vector<Case> cases() {
+  using A = normjit::Activation;
+  std::vector<Case> out;
+  for (DType d : {DType::f32, DType::f16, DType::bf16})
+    for (bool cl : {false, true}) {
+      out.push_back({{2, 3, 5, 7, 11}, d, cl});               // primes: vector width 1
+      out.push_back({{1, 1, 2}, d, cl});                      // smallest trainable
+      out.push_back({{2, 32, 16, 16, 16}, d, cl});            // 16-byte vectors
+      out.push_back({{2, 8, 40, 40}, d, cl, false});          // 2D, no affine
+      out.push_back({{3, 16, 33, 17, 9}, d, cl, true, A::leaky_relu, true});
+    }
+  out.push_back({{2, 4, 16, 16, 16}, DType::f32, false, true, A::identity, false, 1000.f});  // mean >> std
+  out.push_back({{2, 4, 16, 16, 16}, DType::f32, true, true, A::identity, false, 1000.f});
+  for (A a : {A::relu, A::gelu_erf, A::gelu_tanh, A::silu, A::sigmoid, A::tanh})
+    out.push_back({{2, 8, 6, 6, 6}, DType::f32, false, true, a, true});
+  out.push_back({{1, 2, 128, 128, 128}, DType::f32, false});      // split across CTAs, cached
+  out.push_back({{1, 2, 128, 128, 128}, DType::f16, false});      // split, cached
+  out.push_back({{1, 1, 256, 256, 256}, DType::f32, false});      // split, streamed twice
+  out.push_back({{1, 32, 64, 64, 64}, DType::f16, true});         // channels-last split
+  out.push_back({{2, 320, 4, 4, 4}, DType::f16, false});          // nnU-Net deep stage
+  out.push_back({{2, 320, 4, 4, 4}, DType::f16, true});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuKernels, ::testing::ValuesIn(cases()));
+
+TEST(GpuKernelsDeterminism, BackwardIsBitwiseRepeatable) {
+  REQUIRE_GPU();
+  const Case c{{2, 16, 64, 64, 64}, DType::f32, false};
+  EXPECT_EQ(check_case(c, 7), check_case(c, 7));
+}
+
+TEST(GpuKernelsEval, RunningStatsUpdateAndEvalMode) {
+  REQUIRE_GPU();
+  const std::vector<int64_t> shape{3, 4, 9, 10, 11};
+  const int64_t N = 3, C = 4, S = 990;
+  std::vector<float> x(N * C * S);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  for (auto& v : x) v = 3.f + 2.f * normal(rng);
+  std::vector<float> rm(C, 0.5f), rv(C, 2.f);
+  DeviceBuffer xb(x.size() * 4), yb(x.size() * 4), rmb(C * 4), rvb(C * 4);
+  xb.upload(x.data());
+  rmb.upload(rm.data());
+  rvb.upload(rv.data());
+  normjit::ForwardArgs fa;
+  fa.x = normjit::contiguous_tensor(xb.get(), DType::f32, shape);
+  fa.y = normjit::contiguous_tensor(yb.get(), DType::f32, shape);
+  fa.running_mean = static_cast<float*>(rmb.get());
+  fa.running_var = static_cast<float*>(rvb.get());
+  fa.momentum = 0.1;
+  normjit::instance_norm_forward(fa);
+  std::vector<float> rm2(C), rv2(C);
+  rmb.download(rm2.data());
+  rvb.download(rv2.data());
+  for (int64_t c = 0; c < C; ++c) {
+    double m_avg = 0, v_avg = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      double m = 0, v = 0;
+      for (int64_t s = 0; s < S; ++s) m += x[(n * C + c) * S + s];
+      m /= S;
+      for (int64_t s = 0; s < S; ++s) v += std::pow(x[(n * C + c) * S + s] - m, 2);
+      m_avg += m / N, v_avg += v / (S - 1) / N;
+    }
+    EXPECT_NEAR(rm2[c], 0.9 * 0.5 + 0.1 * m_avg, 1e-4);
+    EXPECT_NEAR(rv2[c], 0.9 * 2.0 + 0.1 * v_avg, 1e-3);
+  }
+  // Eval: y = (x - running_mean) / sqrt(running_var + eps).
+  fa.use_input_stats = false;
+  normjit::instance_norm_forward(fa);
+  std::vector<float> y(x.size());
+  yb.download(y.data());
+  for (int64_t i = 0; i < N * C * S; i += 37) {
+    const int64_t c = (i / S) % C;
+    EXPECT_NEAR(y[i], (x[i] - rm2[c]) / std::sqrt(rv2[c] + 1e-5), 1e-4);
+  }
+}
+
+TEST(GpuKernelsErrors, BadInputThrowsBeforeLaunch) {
+  normjit::ForwardArgs fa;
+  fa.x = normjit::contiguous_tensor(reinterpret_cast<void*>(0x10000), DType::f32, {2, 3, 4});
+  fa.y = normjit::contiguous_tensor(reinterpret_cast<void*>(0x20000), DType::f32, {2, 3, 5});
+  EXPECT_THROW(normjit::instance_norm_forward(fa), normjit::Error);
+}
+
+}  // namespace
