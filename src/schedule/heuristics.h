@@ -30,7 +30,7 @@ Policy policy_from_env();
 const char* policy_name(Policy p);
 
 struct Launch {
-  KernelConfig config;
+  KernelConfig config = zeroed<KernelConfig>();
   int chunks = 1;              // CTAs per instance
   int64_t chunk_vectors = 0;   // vectors per chunk
   int64_t grid = 1;            // CTAs
