@@ -13,7 +13,9 @@ cmake --build "$BUILD_DIR" -j "$JOBS"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
 
 if python3 -c "import torch" 2>/dev/null; then
-  python3 -m pytest tests/python -q -rs
+  # The PyTorch binding is built and installed the way users install it.
+  python3 -m pip install -q --no-build-isolation --no-deps .
+  (cd tests/python && python3 -m pytest . -q -rs)
 else
   echo "torch is not installed: the Python front-end tests are skipped (pip install torch, then rerun)."
   if python3 -c "import pytest" 2>/dev/null; then

@@ -68,7 +68,7 @@ Geometry classify(const TensorArg& t, const char* name) {
     if (d >= 2) g.spatial *= t.sizes[d];
   }
   g.stride_n = t.strides[0];
-  if (dense_spatial(t, 1)) {
+  if (t.numel() == 0 || dense_spatial(t, 1)) {  // an empty tensor's strides do not matter
     g.layout = Layout::ncdhw;
     g.stride_c = t.strides[1];
     g.stride_s = 1;

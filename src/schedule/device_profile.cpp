@@ -10,10 +10,10 @@ namespace normjit {
 
 std::vector<DeviceProfile> builtin_profiles() {
   return {
-      {"H200", 90, 132, 2048, 65536},
-      {"H100", 90, 132, 2048, 65536},
-      {"A100", 80, 108, 2048, 65536},
-      {"L4", 89, 58, 1536, 65536},
+      {"H200", 90, 132, 2048, 65536, 60 << 20},
+      {"H100", 90, 132, 2048, 65536, 50 << 20},
+      {"A100", 80, 108, 2048, 65536, 40 << 20},
+      {"L4", 89, 58, 1536, 65536, 48 << 20},
   };
 }
 
@@ -45,6 +45,7 @@ DeviceProfile live_profile(int device) {
   p.sms = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT);
   p.max_threads_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
   p.regs_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+  p.l2_bytes = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
   return p;
 }
 

@@ -2,6 +2,7 @@
 // kernels offline; the live profile is read from the driver.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@ struct DeviceProfile {
   int sms = 132;               // multiprocessors
   int max_threads_per_sm = 2048;
   int regs_per_sm = 65536;
+  int64_t l2_bytes = 50 << 20;
 };
 
 // H200, H100, A100, L4 (case-insensitive); throws normjit::Error listing the known names.

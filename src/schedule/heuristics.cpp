@@ -50,6 +50,11 @@ int items_for(Policy policy, int64_t nvec, int group) {
 
 }  // namespace
 
+SplitMode split_mode() {
+  const char* v = std::getenv("NORMJIT_SPLIT");
+  return (v && std::strcmp(v, "l2") == 0) ? SplitMode::l2 : SplitMode::registers;
+}
+
 Policy policy_from_env() {
   const char* v = std::getenv("NORMJIT_POLICY");
   return (v && std::strcmp(v, "exact") == 0) ? Policy::exact : Policy::bounded;
@@ -115,7 +120,7 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
       l.chunk_vectors = ceil_div(nvec, l.chunks);
       l.grid = instances * l.chunks;
       l.tier = "split (elementwise)";
-    } else if (k_cached <= resident) {
+    } else if (k_cached <= resident && split_mode() == SplitMode::registers) {
       // Every chunk stays in registers: x is read once. All CTAs of an instance must be co-resident,
       // and the grid a multiple of the chunk count so peers share a round.
       l.config = make_config(threads, threads, items, vec, mb, true, idx64);
@@ -125,13 +130,16 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
       l.cooperative = l.chunks > 1;
       l.tier = "split, cached in registers";
     } else {
-      // Too large to hold on chip: stream each chunk twice (statistics, then output).
+      // Stream each chunk twice (statistics, then output), sized so that what all co-resident
+      // CTAs read in one round fits in half the L2: the second read then comes from L2, not HBM.
+      const int64_t bytes_per_vec = int64_t(vec) * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
+      const int64_t budget_vectors = std::max<int64_t>(tile, dev.l2_bytes / 2 / resident / bytes_per_vec / tile * tile);
       l.config = make_config(threads, threads, items, vec, mb, false, idx64);
-      l.chunks = int(std::max<int64_t>(1, std::min<int64_t>(k_cached, resident / std::max<int64_t>(1, instances))));
+      l.chunks = int(std::clamp<int64_t>(ceil_div(nvec, budget_vectors), 1, resident));
       l.chunk_vectors = ceil_div(nvec, l.chunks);
       l.cooperative = l.chunks > 1;
       l.grid = l.cooperative ? std::min(resident / l.chunks, instances) * l.chunks : instances;
-      l.tier = "split, streamed twice";
+      l.tier = "split, streamed twice (second read from L2)";
     }
   }
 

@@ -29,6 +29,12 @@ enum class Policy : uint8_t { bounded = 0, exact = 1 };
 Policy policy_from_env();
 const char* policy_name(Policy p);
 
+// How a training kernel splits an instance too large for one CTA: hold every chunk in registers
+// (x read once from HBM; needs all chunks co-resident) or stream chunks twice with the rounds
+// sized to L2. NORMJIT_SPLIT=l2 selects the latter (an experiment switch; default registers).
+enum class SplitMode : uint8_t { registers = 0, l2 = 1 };
+SplitMode split_mode();
+
 struct Launch {
   KernelConfig config = zeroed<KernelConfig>();
   int chunks = 1;              // CTAs per instance

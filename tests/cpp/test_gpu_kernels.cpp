@@ -258,7 +258,19 @@ std::vector<Case> cases() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, GpuKernels, ::testing::ValuesIn(cases()));
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+  const Case& c = info.param;
+  std::string s = std::to_string(info.index) + "_";
+  for (size_t i = 0; i < c.shape.size(); ++i) s += (i ? "x" : "") + std::to_string(c.shape[i]);
+  s += std::string("_") + normjit::dtype_name(c.dtype) + (c.channels_last ? "_ndhwc" : "_ncdhw");
+  if (!c.affine) s += "_noaffine";
+  if (c.residual) s += "_res";
+  if (c.act != normjit::Activation::identity) s += std::string("_") + normjit::activation_name(c.act);
+  if (c.offset != 0.f) s += "_offset";
+  return s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuKernels, ::testing::ValuesIn(cases()), case_name);
 
 TEST(GpuKernelsDeterminism, BackwardIsBitwiseRepeatable) {
   REQUIRE_GPU();

@@ -1,0 +1,561 @@
+// The heuristics and the per-call validation, offline: vector-width classes, the 64-bit index
+// switch, tier order, split decisions for the big nnU-Net shapes, the bound on kernel configs
+// (every config choose_launch returns over a large random shape stream is one enumerate_configs
+// lists, for both policies and every built-in GPU), zero-size inputs, and the error messages.
+// Pointers are fake: the runtime only reads their alignment.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "normjit/normjit.h"
+#include "runtime/call_keys.h"
+#include "runtime/keys.h"
+#include "schedule/device_profile.h"
+#include "schedule/heuristics.h"
+
+using namespace normjit;
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+// A device address whose largest power-of-two divisor is `align` bytes (256: a fresh allocation).
+void* fake_ptr(int index, int align = 256) {
+  return reinterpret_cast<void*>((uintptr_t(index + 1) << 36) + uintptr_t(align < 256 ? align : 0));
+}
+
+TensorArg make_tensor(void* data, DType dtype, const Shape& s, Layout layout) {
+  TensorArg t;
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = int(s.size());
+  for (int d = 0; d < t.ndim; ++d) t.sizes[d] = s[d];
+  int64_t stride = 1;
+  if (layout == Layout::ncdhw) {
+    for (int d = t.ndim - 1; d >= 0; --d) t.strides[d] = stride, stride *= std::max<int64_t>(s[d], 1);
+  } else {
+    t.strides[1] = 1;
+    stride = std::max<int64_t>(s[1], 1);
+    for (int d = t.ndim - 1; d >= 2; --d) t.strides[d] = stride, stride *= std::max<int64_t>(s[d], 1);
+    t.strides[0] = stride;
+  }
+  return t;
+}
+
+TensorArg vec_arg(void* data, DType dtype, int64_t n) {
+  TensorArg t;
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 1;
+  t.sizes[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+// A training forward with affine fp32 parameters and saved statistics (what the binding passes).
+ForwardArgs fwd_args(const Shape& s, DType dtype = DType::f16, Layout layout = Layout::ncdhw, int align = 256) {
+  ForwardArgs a;
+  a.x = make_tensor(fake_ptr(0, align), dtype, s, layout);
+  a.y = make_tensor(fake_ptr(1), dtype, s, layout);
+  a.weight = vec_arg(fake_ptr(2), DType::f32, s[1]);
+  a.bias = vec_arg(fake_ptr(3), DType::f32, s[1]);
+  a.save_mean = static_cast<float*>(fake_ptr(4));
+  a.save_rstd = static_cast<float*>(fake_ptr(5));
+  return a;
+}
+
+BackwardArgs bwd_args(const Shape& s, DType dtype = DType::f16, Layout layout = Layout::ncdhw, int align = 256) {
+  BackwardArgs a;
+  a.x = make_tensor(fake_ptr(0, align), dtype, s, layout);
+  a.dy = make_tensor(fake_ptr(1), dtype, s, layout);
+  a.dx = make_tensor(fake_ptr(2), dtype, s, layout);
+  a.weight = vec_arg(fake_ptr(3), DType::f32, s[1]);
+  a.bias = vec_arg(fake_ptr(4), DType::f32, s[1]);
+  a.save_mean = static_cast<const float*>(fake_ptr(5));
+  a.save_rstd = static_cast<const float*>(fake_ptr(6));
+  a.dweight = static_cast<float*>(fake_ptr(7));
+  a.dbias = static_cast<float*>(fake_ptr(8));
+  return a;
+}
+
+Launch launch_for(const CallKeys& k, const std::string& device = "H200", Policy p = Policy::bounded) {
+  return choose_launch(k.fusion, k.shape, builtin_profile(device), p);
+}
+
+int vec_of(const Shape& s, DType dtype, Layout layout, int align = 256) {
+  const CallKeys k = forward_keys(fwd_args(s, dtype, layout, align));
+  return vector_width(k.shape, dtype, layout);
+}
+
+bool contains(const std::vector<KernelConfig>& v, const KernelConfig& c) {
+  return std::any_of(v.begin(), v.end(), [&](const KernelConfig& x) { return bytes_equal(x, c); });
+}
+
+// The message of the normjit::Error `f` throws ("" when it throws nothing).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------- vector widths
+TEST(Heuristics, VectorWidthFollowsAlignmentAndSizes) {
+  const Shape big{2, 32, 64, 64, 64};
+  // 16-byte aligned: 8 halves, 4 floats per access.
+  EXPECT_EQ(vec_of(big, DType::f16, Layout::ncdhw), 8);
+  EXPECT_EQ(vec_of(big, DType::bf16, Layout::ncdhw), 8);
+  EXPECT_EQ(vec_of(big, DType::f32, Layout::ncdhw), 4);
+  // A pointer only aligned to 8, 4 or 2 bytes (a sliced tensor) narrows the vector.
+  EXPECT_EQ(vec_of(big, DType::f16, Layout::ncdhw, 8), 4);
+  EXPECT_EQ(vec_of(big, DType::f16, Layout::ncdhw, 4), 2);
+  EXPECT_EQ(vec_of(big, DType::f16, Layout::ncdhw, 2), 1);
+  EXPECT_EQ(vec_of(big, DType::f32, Layout::ncdhw, 8), 2);
+  EXPECT_EQ(vec_of(big, DType::f32, Layout::ncdhw, 4), 1);
+  // The spatial size must be a multiple of the vector (every instance starts aligned).
+  EXPECT_EQ(vec_of({2, 32, 33, 33, 33}, DType::f16, Layout::ncdhw), 1);  // odd
+  EXPECT_EQ(vec_of({2, 32, 7, 5, 3}, DType::f32, Layout::ncdhw), 1);
+  EXPECT_EQ(vec_of({2, 32, 2, 3, 5}, DType::f16, Layout::ncdhw), 2);  // 30 = 2 x 15
+  EXPECT_EQ(vec_of({2, 32, 4, 3, 5}, DType::f16, Layout::ncdhw), 4);  // 60 = 4 x 15
+  EXPECT_EQ(vec_of({2, 32, 8, 3, 5}, DType::f16, Layout::ncdhw), 8);
+  // Channels-last vectorises over C: an odd C is scalar whatever the spatial size.
+  EXPECT_EQ(vec_of({2, 32, 64, 64, 64}, DType::f16, Layout::ndhwc), 8);
+  EXPECT_EQ(vec_of({2, 33, 64, 64, 64}, DType::f16, Layout::ndhwc), 1);
+  EXPECT_EQ(vec_of({2, 36, 63, 63, 63}, DType::f16, Layout::ndhwc), 4);
+  EXPECT_EQ(vec_of({2, 320, 63, 63, 63}, DType::f32, Layout::ndhwc), 4);
+
+  // The chosen config carries the width, and a misaligned backward input narrows it too.
+  const CallKeys k = backward_keys(bwd_args(big, DType::f16, Layout::ncdhw, 2));
+  EXPECT_EQ(launch_for(k).config.vec, 1);
+  EXPECT_EQ(launch_for(backward_keys(bwd_args(big))).config.vec, 8);
+}
+
+TEST(Heuristics, PaddedBatchStrideNarrowsVector) {
+  // A padded batch stride that is not a multiple of the vector breaks instance alignment.
+  ForwardArgs a = fwd_args({2, 32, 16, 16, 16});
+  a.x.strides[0] = a.y.strides[0] = 32 * 4096 + 3;
+  const CallKeys k = forward_keys(a);
+  EXPECT_EQ(vector_width(k.shape, DType::f16, Layout::ncdhw), 1);
+}
+
+// ---------------------------------------------------------------------------- index width
+TEST(Heuristics, Index64PastTwoToThe31Elements) {
+  // 2^31 - 2^20 elements: 32-bit offsets suffice; 2^31 + 2^20: they do not.
+  const Shape below{1, 1, 1024, 1024, 2047}, above{1, 1, 1024, 1024, 2049};
+  for (DType dt : {DType::f32, DType::f16}) {
+    for (Layout layout : {Layout::ncdhw, Layout::ndhwc}) {
+      const CallKeys lo = forward_keys(fwd_args(below, dt, layout));
+      const CallKeys hi = forward_keys(fwd_args(above, dt, layout));
+      EXPECT_FALSE(needs_index64(lo.shape));
+      EXPECT_TRUE(needs_index64(hi.shape));
+      EXPECT_FALSE(launch_for(lo).config.index64);
+      EXPECT_TRUE(launch_for(hi).config.index64);
+    }
+  }
+  // The same holds when the size comes from many instances rather than one big one.
+  const CallKeys many = backward_keys(bwd_args({64, 320, 64, 64, 32}));  // 2^31 + 2^29 elements
+  EXPECT_TRUE(launch_for(many).config.index64);
+  const CallKeys fits = backward_keys(bwd_args({2, 32, 128, 128, 128}));
+  EXPECT_FALSE(launch_for(fits).config.index64);
+}
+
+// ------------------------------------------------------------------------------------ tiers
+namespace {
+int tier_rank(const std::string& tier) {
+  static const char* order[] = {"tiny",
+                                "small",
+                                "medium (CTA of 128)",
+                                "medium (CTA of 256)",
+                                "large (CTA of 512)",
+                                "large (CTA of 1024)",
+                                "split, cached",
+                                "split, streamed"};
+  for (int i = 0; i < int(std::size(order)); ++i)
+    if (tier.rfind(order[i], 0) == 0) return i;
+  static const char* nhwc[] = {"channels-last small", "channels-last medium", "channels-last split, cached",
+                               "channels-last split, streamed"};
+  for (int i = 0; i < int(std::size(nhwc)); ++i)
+    if (tier.rfind(nhwc[i], 0) == 0) return 100 + i;
+  ADD_FAILURE() << "unknown tier '" << tier << "'";
+  return -1;
+}
+}  // namespace
+
+TEST(Heuristics, TierIsMonotoneInSize) {
+  // For a fixed vector class (spatial a multiple of 8), a larger instance never gets a smaller tier.
+  for (const char* device : {"H200", "A100", "L4"}) {
+    for (Layout layout : {Layout::ncdhw, Layout::ndhwc}) {
+      for (int dir = 0; dir < 2; ++dir) {
+        for (int64_t C : {32, 320}) {
+          int last = -1;
+          std::string last_tier;
+          for (int64_t spatial = 8; spatial <= (int64_t(1) << 24); spatial = spatial * 5 / 4 / 8 * 8 + 8) {
+            const Shape s{2, C, spatial};
+            const CallKeys k = dir == 0 ? forward_keys(fwd_args(s, DType::f16, layout))
+                                        : backward_keys(bwd_args(s, DType::f16, layout));
+            const Launch l = launch_for(k, device);
+            const int rank = tier_rank(l.tier);
+            EXPECT_GE(rank, last) << device << " " << layout_name(layout) << " dir " << dir << " C " << C << " spatial "
+                                  << spatial << ": '" << l.tier << "' after '" << last_tier << "'";
+            last = std::max(last, rank);
+            last_tier = l.tier;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Heuristics, SmallInstancesShareACta) {
+  // nnU-Net's deepest stage: 640 instances of 64 elements, several per CTA.
+  const Launch l = launch_for(forward_keys(fwd_args({2, 320, 4, 4, 4})));
+  EXPECT_LE(l.config.group, 32);
+  EXPECT_GT(l.config.threads / l.config.group, 1);
+  EXPECT_FALSE(l.cooperative);
+  EXPECT_EQ(l.chunks, 1);
+}
+
+// ---------------------------------------------------------------------------------- splits
+TEST(Heuristics, BigShapeForwardIsACooperativeSplit) {
+  // nnU-Net stage 0: 64 instances of 2M elements. Each instance is split over co-resident CTAs
+  // that keep their tile in registers, the grid a whole number of instances.
+  // (The L4's 58 SMs cannot hold the 128 chunks of one instance: it streams, not tested here.)
+  for (const char* name : {"H200", "H100", "A100"}) {
+    const DeviceProfile dev = builtin_profile(name);
+    const CallKeys k = forward_keys(fwd_args({2, 32, 128, 128, 128}));
+    const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+    SCOPED_TRACE(dev.name);
+    EXPECT_TRUE(l.cooperative);
+    EXPECT_GT(l.chunks, 1);
+    EXPECT_TRUE(l.config.cached) << l.tier;
+    EXPECT_EQ(std::string(l.tier), "split, cached in registers");
+    EXPECT_EQ(l.grid % l.chunks, 0);
+    EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
+    EXPECT_GE(l.chunks * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);  // chunks cover the instance
+    EXPECT_LE(l.chunk_vectors, int64_t(l.config.threads) * l.config.items);          // a chunk fits the tile
+    EXPECT_GT(l.partials, 0);
+    EXPECT_GT(l.counters, 0);
+  }
+}
+
+TEST(Heuristics, BigShapeBackwardAndOtherSplits) {
+  const DeviceProfile h200 = builtin_profile("H200");
+  for (DType dt : {DType::f16, DType::f32}) {
+    for (Layout layout : {Layout::ncdhw, Layout::ndhwc}) {
+      const CallKeys k = backward_keys(bwd_args({2, 32, 128, 128, 128}, dt, layout));
+      const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + layout_name(layout) + ": " + l.tier);
+      EXPECT_GT(l.chunks, 1);
+      if (l.cooperative) {
+        EXPECT_EQ(l.grid % l.chunks, 0);
+        EXPECT_LE(l.grid, int64_t(h200.sms) * l.config.min_blocks);
+      }
+      EXPECT_GE(l.chunks * l.chunk_vectors * (layout == Layout::ncdhw ? l.config.vec : 1), int64_t(128) * 128 * 128);
+    }
+  }
+  // Eval is elementwise: split for parallelism, no exchange between chunks.
+  ForwardArgs e = fwd_args({2, 32, 128, 128, 128});
+  e.use_input_stats = false;
+  e.save_mean = e.save_rstd = nullptr;
+  e.running_mean = static_cast<float*>(fake_ptr(9));
+  e.running_var = static_cast<float*>(fake_ptr(10));
+  const Launch l = launch_for(forward_keys(e));
+  EXPECT_FALSE(l.cooperative);
+  EXPECT_FALSE(l.config.cached);
+  EXPECT_EQ(l.partials, 0);
+  EXPECT_GT(l.chunks, 1);
+  EXPECT_EQ(l.grid, 64 * l.chunks);
+}
+
+// ----------------------------------------------------------------- the bound on kernel configs
+namespace {
+
+struct Rng {
+  std::mt19937_64 g;
+  explicit Rng(uint64_t seed) : g(seed) {}
+  int64_t uniform(int64_t lo, int64_t hi) { return lo + int64_t(g() % uint64_t(hi - lo + 1)); }
+  bool coin(int percent = 50) { return uniform(0, 99) < percent; }
+  template <typename T>
+  T pick(std::initializer_list<T> v) {
+    return v.begin()[uniform(0, int64_t(v.size()) - 1)];
+  }
+};
+
+int64_t random_size(Rng& r) {
+  switch (r.uniform(0, 5)) {
+    case 0:
+      return 1;
+    case 1:
+      return r.pick<int64_t>({2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 251, 509, 1021, 2039});  // primes
+    case 2:
+      return int64_t(1) << r.uniform(0, 9);
+    case 3:
+      return r.uniform(1, 48);
+    case 4:
+      return r.uniform(32, 192);
+    default:
+      return r.uniform(100, 700);
+  }
+}
+
+}  // namespace
+
+TEST(Heuristics, EveryChosenConfigIsEnumerated) {
+  Rng r(12345);
+  const std::vector<DeviceProfile> devices = builtin_profiles();
+  size_t checked = 0, huge = 0;
+  // Distinct (fusion, config) pairs seen, per policy.
+  std::vector<std::pair<FusionKey, KernelConfig>> seen[2];
+  for (int i = 0; i < 10000; ++i) {
+    const int dims = int(r.uniform(1, 3));
+    Shape s{r.coin(80) ? r.uniform(1, 4) : random_size(r),
+            r.coin(50) ? r.pick<int64_t>({32, 64, 128, 256, 320}) : random_size(r)};
+    for (int d = 0; d < dims; ++d) s.push_back(random_size(r));
+    if (r.coin(3)) {  // now and then a shape past 2^31 elements
+      s = {r.uniform(1, 4), r.pick<int64_t>({1, 3, 32, 320}), r.uniform(1000, 1400), r.uniform(1000, 1400),
+           r.uniform(1000, 1400)};
+      ++huge;
+    }
+    const DType dt = r.pick({DType::f32, DType::f16, DType::bf16});
+    const Layout layout = r.coin() ? Layout::ncdhw : Layout::ndhwc;
+    const int align = r.pick({256, 256, 256, 8, 4, 2});
+    const bool backward = r.coin();
+    const bool affine = r.coin(70);
+    const DType wdt = r.coin() ? DType::f32 : dt;
+    const Activation act = Activation(r.uniform(0, int(Activation::tanh)));
+    const bool residual = r.coin(20);
+
+    CallKeys k;
+    try {
+      if (!backward) {
+        ForwardArgs a = fwd_args(s, dt, layout, align);
+        const bool eval = r.coin(20);
+        int64_t spatial = 1;
+        for (size_t d = 2; d < s.size(); ++d) spatial *= s[d];
+        if (spatial <= 1 && !eval) continue;  // training needs more than one element (tested below)
+        if (!affine)
+          a.weight = a.bias = TensorArg();
+        else
+          a.weight.dtype = a.bias.dtype = wdt;
+        if (residual) a.residual = make_tensor(fake_ptr(11, align), dt, s, layout);
+        if (eval || r.coin(20)) {
+          a.running_mean = static_cast<float*>(fake_ptr(9));
+          a.running_var = static_cast<float*>(fake_ptr(10));
+        }
+        if (eval) a.use_input_stats = false, a.save_mean = a.save_rstd = nullptr;
+        a.activation = act;
+        k = forward_keys(a);
+      } else {
+        int64_t spatial = 1;
+        for (size_t d = 2; d < s.size(); ++d) spatial *= s[d];
+        if (spatial <= 1) continue;
+        BackwardArgs a = bwd_args(s, dt, layout, align);
+        if (!affine)
+          a.weight = a.bias = TensorArg(), a.dweight = a.dbias = nullptr;
+        else
+          a.weight.dtype = a.bias.dtype = wdt;
+        if (residual) a.residual = make_tensor(fake_ptr(11, align), dt, s, layout);
+        a.activation = act;
+        k = backward_keys(a);
+      }
+    } catch (const Error& e) {
+      ADD_FAILURE() << "valid call rejected: " << e.what();
+      continue;
+    }
+    if (k.empty) continue;
+    const DeviceProfile& dev = devices[size_t(i) % devices.size()];
+    for (Policy p : {Policy::bounded, Policy::exact}) {
+      const Launch l = choose_launch(k.fusion, k.shape, dev, p);
+      const std::vector<KernelConfig> all = enumerate_configs(k.fusion, p);
+      ASSERT_TRUE(contains(all, l.config))
+          << "choose_launch returned a config enumerate_configs does not list (" << policy_name(p) << ", " << dev.name
+          << "): " << describe(k.fusion) << " / " << describe(l.config) << " for N=" << k.shape.N << " C=" << k.shape.C
+          << " spatial=" << k.shape.spatial;
+      EXPECT_GE(l.grid, 1);
+      EXPECT_GE(l.chunks, 1);
+      if (l.cooperative) {
+        EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
+      }
+      auto& v = seen[int(p)];
+      if (std::none_of(v.begin(), v.end(), [&](const auto& x) {
+            return bytes_equal(x.first, k.fusion) && bytes_equal(x.second, l.config);
+          }))
+        v.emplace_back(k.fusion, l.config);
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 8000u);
+  EXPECT_GT(huge, 100u);
+  std::printf(
+      "[ stream   ] %zu calls checked (%zu past 2^31 elements); distinct (fusion, config): bounded %zu, exact %zu\n",
+      checked, huge, seen[0].size(), seen[1].size());
+}
+
+TEST(Heuristics, BoundedSetSizes) {
+  // The bound on compiles per fusion and GPU arch that the README documents. If a heuristics change
+  // moves these numbers, update the README's "When does normjit compile?" table with them.
+  struct Row {
+    Direction d;
+    Layout layout;
+    DType dtype;
+    bool train;
+    size_t bounded;
+  };
+  const Row rows[] = {
+      {Direction::forward, Layout::ncdhw, DType::f16, true, 56},
+      {Direction::forward, Layout::ncdhw, DType::f32, true, 42},
+      {Direction::forward, Layout::ncdhw, DType::f16, false, 56},
+      {Direction::backward, Layout::ncdhw, DType::f16, true, 48},
+      {Direction::backward, Layout::ncdhw, DType::f32, true, 36},
+      {Direction::forward, Layout::ndhwc, DType::f16, true, 108},
+      {Direction::forward, Layout::ndhwc, DType::f32, true, 84},
+      {Direction::forward, Layout::ndhwc, DType::f16, false, 108},
+      {Direction::backward, Layout::ndhwc, DType::f16, true, 108},
+      {Direction::backward, Layout::ndhwc, DType::f32, true, 84},
+  };
+  std::printf("[ bound    ] configs per fusion (bounded / exact):\n");
+  for (const Row& row : rows) {
+    const FusionKey f = make_fusion(row.d, row.dtype, DType::f32, row.layout, row.train, true, false, false,
+                                    row.train && row.d == Direction::forward, Activation::identity);
+    const size_t bounded = enumerate_configs(f, Policy::bounded).size();
+    const size_t exact = enumerate_configs(f, Policy::exact).size();
+    std::printf("[ bound    ]   %-48s %4zu / %4zu\n", describe(f).c_str(), bounded, exact);
+    EXPECT_EQ(bounded, row.bounded) << describe(f);
+    EXPECT_GE(exact, bounded) << describe(f);
+    // The bound does not depend on the epilogue (activation, residual, affine dtype, bf16 vs f16).
+    const FusionKey g = make_fusion(row.d, row.dtype == DType::f16 ? DType::bf16 : row.dtype, row.dtype, row.layout,
+                                    row.train, true, true, false, false, Activation::silu);
+    EXPECT_EQ(enumerate_configs(g, Policy::bounded).size(), bounded) << describe(g);
+    // No duplicates.
+    const auto all = enumerate_configs(f, Policy::bounded);
+    for (size_t i = 0; i < all.size(); ++i)
+      for (size_t j = i + 1; j < all.size(); ++j) EXPECT_FALSE(bytes_equal(all[i], all[j])) << describe(all[i]);
+  }
+}
+
+// ------------------------------------------------------------------------------- zero sizes
+// make_tensor gives PyTorch's strides, which treat a size-0 dim as size 1 ((2,32,8,8,0) has
+// strides (2048,64,8,1,1)); contiguous_tensor() multiplies the sizes as they are.
+TEST(Validation, ZeroSizeShapesGiveEmptyKeys) {
+  for (const Shape& s :
+       {Shape{0, 32, 8, 8, 8}, Shape{2, 0, 8, 8, 8}, Shape{2, 32, 0, 8, 8}, Shape{2, 32, 8, 8, 0}, Shape{0, 0, 0}}) {
+    for (Layout layout : {Layout::ncdhw, Layout::ndhwc}) {
+      EXPECT_TRUE(forward_keys(fwd_args(s, DType::f16, layout)).empty);
+      EXPECT_TRUE(backward_keys(bwd_args(s, DType::f16, layout)).empty);
+    }
+  }
+  EXPECT_FALSE(forward_keys(fwd_args({1, 1, 2})).empty);
+  ForwardArgs a = fwd_args({2, 32, 8, 8, 8});
+  a.x = contiguous_tensor(fake_ptr(0), DType::f16, {2, 32, 8, 0, 8});
+  a.y = contiguous_tensor(fake_ptr(1), DType::f16, {2, 32, 8, 0, 8});
+  EXPECT_TRUE(forward_keys(a).empty);
+}
+
+// ----------------------------------------------------------------------------- error messages
+TEST(Validation, ErrorsNameTheProblem) {
+  auto expect_error = [](const std::string& msg, std::initializer_list<const char*> parts) {
+    ASSERT_FALSE(msg.empty()) << "expected a normjit::Error";
+    for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  };
+  const Shape s{2, 32, 8, 8, 8};
+
+  {  // wrong number of dims
+    ForwardArgs a = fwd_args({2, 32});
+    expect_error(error_of([&] { forward_keys(a); }), {"x must have 3 to 5 dims", "got 2 dims"});
+    BackwardArgs b = bwd_args({2, 32, 4, 4, 4});
+    b.x.ndim = 6;
+    expect_error(error_of([&] { backward_keys(b); }), {"x must have 3 to 5 dims"});
+  }
+  {  // y in another memory format
+    ForwardArgs a = fwd_args(s);
+    a.y = make_tensor(fake_ptr(1), DType::f16, s, Layout::ndhwc);
+    expect_error(error_of([&] { forward_keys(a); }), {"y has strides", "expected x's strides", "same memory format"});
+    BackwardArgs b = bwd_args(s);
+    b.dy = make_tensor(fake_ptr(1), DType::f16, s, Layout::ndhwc);
+    expect_error(error_of([&] { backward_keys(b); }), {"dy has strides"});
+  }
+  {  // y with other sizes or dtype
+    ForwardArgs a = fwd_args(s);
+    a.y = make_tensor(fake_ptr(1), DType::f16, {2, 32, 8, 8, 4}, Layout::ncdhw);
+    expect_error(error_of([&] { forward_keys(a); }), {"y has sizes", "expected x's sizes"});
+    a = fwd_args(s);
+    a.y.dtype = DType::f32;
+    expect_error(error_of([&] { forward_keys(a); }), {"y is f32", "expected x's dtype f16"});
+  }
+  {  // weight size mismatch
+    ForwardArgs a = fwd_args(s);
+    a.weight.sizes[0] = 16;
+    expect_error(error_of([&] { forward_keys(a); }), {"weight has 16 elements", "expected C = 32"});
+    BackwardArgs b = bwd_args(s);
+    b.bias.sizes[0] = 31;
+    expect_error(error_of([&] { backward_keys(b); }), {"bias has 31 elements", "expected C = 32"});
+    a = fwd_args(s);
+    a.bias = TensorArg();
+    expect_error(error_of([&] { forward_keys(a); }), {"weight and bias must be given together"});
+    a = fwd_args(s, DType::f16);
+    a.weight.dtype = a.bias.dtype = DType::bf16;
+    expect_error(error_of([&] { forward_keys(a); }), {"weight is bf16", "expected float32 or x's dtype f16"});
+  }
+  {  // eval without running statistics
+    ForwardArgs a = fwd_args(s);
+    a.use_input_stats = false;
+    expect_error(error_of([&] { forward_keys(a); }), {"eval mode", "needs running_mean and running_var"});
+    a.running_mean = static_cast<float*>(fake_ptr(9));
+    expect_error(error_of([&] { forward_keys(a); }), {"running_mean and running_var must be given together"});
+  }
+  {  // one spatial element in training
+    ForwardArgs a = fwd_args({2, 32, 1, 1, 1});
+    expect_error(error_of([&] { forward_keys(a); }), {"more than 1 spatial element", "[2, 32, 1, 1, 1]"});
+    BackwardArgs b = bwd_args({2, 32, 1});
+    expect_error(error_of([&] { backward_keys(b); }), {"more than 1 spatial element"});
+    // ... but eval is fine with a single element.
+    a.use_input_stats = false;
+    a.save_mean = a.save_rstd = nullptr;
+    a.running_mean = static_cast<float*>(fake_ptr(9));
+    a.running_var = static_cast<float*>(fake_ptr(10));
+    EXPECT_FALSE(forward_keys(a).empty);
+  }
+  {  // unsupported strides: spatial dims transposed, or a gap inside the spatial dims
+    ForwardArgs a = fwd_args(s);
+    std::swap(a.x.strides[3], a.x.strides[4]);
+    a.y.strides[3] = a.x.strides[3], a.y.strides[4] = a.x.strides[4];
+    expect_error(error_of([&] { forward_keys(a); }), {"x has unsupported strides", "NCDHW", "NDHWC", "contiguous"});
+    a = fwd_args(s);
+    a.x.strides[4] = 2;
+    expect_error(error_of([&] { forward_keys(a); }), {"x has unsupported strides"});
+  }
+  {  // backward without saved statistics; dweight without weight; dresidual without residual
+    BackwardArgs b = bwd_args(s);
+    b.save_rstd = nullptr;
+    expect_error(error_of([&] { backward_keys(b); }), {"needs save_mean and save_rstd"});
+    b = bwd_args(s);
+    b.weight = b.bias = TensorArg();
+    expect_error(error_of([&] { backward_keys(b); }), {"dweight/dbias requested without weight and bias"});
+    b = bwd_args(s);
+    b.dresidual = make_tensor(fake_ptr(12), DType::f16, s, Layout::ncdhw);
+    expect_error(error_of([&] { backward_keys(b); }), {"dresidual was given but the forward had no residual"});
+  }
+  {  // negative eps, unknown activation, null data
+    ForwardArgs a = fwd_args(s);
+    a.eps = -1;
+    expect_error(error_of([&] { forward_keys(a); }), {"eps must be a finite number >= 0"});
+    a = fwd_args(s);
+    a.activation = Activation(200);
+    expect_error(error_of([&] { forward_keys(a); }), {"unknown activation code 200"});
+    a = fwd_args(s);
+    a.x.data = nullptr;
+    expect_error(error_of([&] { forward_keys(a); }), {"x has a null data pointer"});
+  }
+  // Messages say where they come from.
+  EXPECT_EQ(error_of([&] { forward_keys(fwd_args({2, 32})); }).rfind("normjit", 0), 0u);
+}
