@@ -14,7 +14,7 @@ using normjit::compile::DiskCache;
 
 void print_usage(FILE* out) {
   std::fprintf(out,
-               "usage: normjit cache <show|verify|clear> [--dir PATH]\n"
+               "usage: normjit cache <show|verify|clear|stats> [--dir PATH]\n"
                "  show    list the entries of the disk cache and whether each one is intact\n"
                "  verify  check every entry and delete the damaged ones\n"
                "  clear   delete every entry\n"
@@ -89,6 +89,8 @@ int clear(DiskCache& cache) {
 }  // namespace
 
 int run_cache_command(int argc, char** argv) {
+  // `normjit cache stats` is the same as `normjit stats`.
+  if (argc >= 2 && std::string(argv[1]) == "stats") return run_stats_command(argc - 1, argv + 1);
   std::string sub, dir;
   bool dir_given = false;
   for (int i = 1; i < argc; ++i) {

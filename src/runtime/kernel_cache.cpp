@@ -1,6 +1,7 @@
 #include "runtime/kernel_cache.h"
 
 #include <algorithm>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -75,7 +76,43 @@ L2Key make_key(const FusionKey& f, const KernelConfig& c, int device) {
 
 }  // namespace
 
+// One compile per (kernel, arch) at a time: concurrent callers of the same key wait for the first
+// and share its result; different keys compile in parallel.
+std::mutex g_inflight_mutex;
+std::map<std::pair<std::string, int>, std::shared_future<compile::CompileResult>> g_inflight;
+
+compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch);
+
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch) {
+  const std::pair<std::string, int> key{kernel_name(f, c), arch};
+  std::promise<compile::CompileResult> promise;
+  std::shared_future<compile::CompileResult> result;
+  bool owner = false;
+  {
+    std::lock_guard<std::mutex> lock(g_inflight_mutex);
+    auto it = g_inflight.find(key);
+    if (it != g_inflight.end()) {
+      result = it->second;
+    } else {
+      result = promise.get_future().share();
+      g_inflight.emplace(key, result);
+      owner = true;
+    }
+  }
+  if (!owner) return result.get();  // rethrows the owner's error, if any
+  try {
+    promise.set_value(compile_kernel_uncached(f, c, arch));
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_inflight_mutex);
+    g_inflight.erase(key);
+  }
+  return result.get();
+}
+
+compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch) {
   const codegen::KernelSource src = codegen::generate(f, c);
   compile::CompileRequest req;
   req.name = src.name;
