@@ -148,14 +148,16 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
     group_sum<2>(sums, smem);
 #endif
     if (p.chunks > 1 && u.active) {
+      // Sum the chunks' partials: read in parallel, added by group_sum's fixed tree.
       exchange_arrive_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, sums[0], sums[1],
                                p.chunks);
       sums[0] = 0.f, sums[1] = 0.f;
       const float* part = p.partials + 2 * u.instance * p.chunks;
-      for (int j = 0; j < p.chunks; ++j) {
+      for (int j = threadIdx.x; j < p.chunks; j += NJ_THREADS) {
         sums[0] += __ldcg(part + 2 * j);
         sums[1] += __ldcg(part + 2 * j + 1);
       }
+      group_sum<2>(sums, smem);
       exchange_depart(p.counters, u.instance, p.chunks);
     }
 #if NJ_AFFINE

@@ -109,13 +109,24 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
     }
 #endif
     if (p.chunks > 1 && u.active) {
-      // Merge the chunks of this instance in chunk order: identical bits in every peer CTA.
+      // Merge the chunks of this instance: mean = sum_j n_j mean_j / n, then
+      // M2 = sum_j (M2_j + n_j (mean_j - mean)^2). The CTA's threads read the partials in
+      // parallel and add them with group_sum's fixed tree: identical bits in every peer CTA.
       exchange_arrive_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, mean, m2,
                                p.chunks);
-      count = 0.f, mean = 0.f, m2 = 0.f;
       const float* part = p.partials + 2 * u.instance * p.chunks;
-      for (int j = 0; j < p.chunks; ++j)
-        chan_merge(count, mean, m2, chunk_count(p, j), __ldcg(part + 2 * j), __ldcg(part + 2 * j + 1));
+      count = (float)p.spatial;
+      float acc[1] = {0.f};
+      for (int j = threadIdx.x; j < p.chunks; j += NJ_THREADS) acc[0] += chunk_count(p, j) * __ldcg(part + 2 * j);
+      group_sum<1>(acc, smem);
+      mean = acc[0] / count;
+      acc[0] = 0.f;
+      for (int j = threadIdx.x; j < p.chunks; j += NJ_THREADS) {
+        const float d = __ldcg(part + 2 * j) - mean;
+        acc[0] += __ldcg(part + 2 * j + 1) + chunk_count(p, j) * d * d;
+      }
+      group_sum<1>(acc, smem);
+      m2 = acc[0];
       exchange_depart(p.counters, u.instance, p.chunks);
     }
     const float var = count > 0.f ? m2 / count : 0.f;

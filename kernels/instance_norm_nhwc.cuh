@@ -259,22 +259,35 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     }
 #endif
     if (p.chunks > 1 && u.active) {
+      // Merge the chunks per channel (mean first, then M2 around it). Rows of the CTA read
+      // different chunks in parallel; column_sum adds them in a fixed order.
       tile_exchange_arrive(p, u, inst, cp.mean, m2);
-      float n_tot = 0.f;
-#pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) cp.mean[j] = 0.f, m2[j] = 0.f;
       const int lane = threadIdx.x % NJ_GROUP;
-      for (int k = 0; k < p.chunks; ++k) {
+      float acc[1][NJ_VEC];
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) acc[0][j] = 0.f;
+      for (int k = row; k < p.chunks; k += NJ_ROWS) {
+        const float* part = p.partials + ((inst * p.chunks + k) * NJ_TC + lane * NJ_VEC) * 2;
+        const float nk = tile_chunk_count(p, k);
+#pragma unroll
+        for (int j = 0; j < NJ_VEC; ++j) acc[0][j] += nk * __ldcg(part + 2 * j);
+      }
+      column_sum<1>(acc, smem);
+      count[0] = (float)p.spatial;
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) cp.mean[j] = acc[0][j] / count[0], acc[0][j] = 0.f;
+      for (int k = row; k < p.chunks; k += NJ_ROWS) {
         const float* part = p.partials + ((inst * p.chunks + k) * NJ_TC + lane * NJ_VEC) * 2;
         const float nk = tile_chunk_count(p, k);
 #pragma unroll
         for (int j = 0; j < NJ_VEC; ++j) {
-          float n = n_tot;
-          chan_merge(n, cp.mean[j], m2[j], nk, __ldcg(part + 2 * j), __ldcg(part + 2 * j + 1));
+          const float d = __ldcg(part + 2 * j) - cp.mean[j];
+          acc[0][j] += __ldcg(part + 2 * j + 1) + nk * d * d;
         }
-        n_tot += nk;
       }
-      count[0] = n_tot;
+      column_sum<1>(acc, smem);
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) m2[j] = acc[0][j];
       exchange_depart(p.counters, inst, p.chunks);
     }
 #pragma unroll
@@ -415,11 +428,12 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) sums[0][j] = 0.f, sums[1][j] = 0.f;
       const int lane = threadIdx.x % NJ_GROUP;
-      for (int k = 0; k < p.chunks; ++k) {
+      for (int k = row; k < p.chunks; k += NJ_ROWS) {
         const float* part = p.partials + ((inst * p.chunks + k) * NJ_TC + lane * NJ_VEC) * 2;
 #pragma unroll
         for (int j = 0; j < NJ_VEC; ++j) sums[0][j] += __ldcg(part + 2 * j), sums[1][j] += __ldcg(part + 2 * j + 1);
       }
+      column_sum<2>(sums, smem);
       exchange_depart(p.counters, inst, p.chunks);
     }
 #if NJ_AFFINE

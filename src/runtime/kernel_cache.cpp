@@ -81,9 +81,15 @@ L2Key make_key(const FusionKey& f, const KernelConfig& c, int device) {
 std::mutex g_inflight_mutex;
 std::map<std::pair<std::string, int>, std::shared_future<compile::CompileResult>> g_inflight;
 
-compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch);
+compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
+                                               compile::DiskCache* disk);
 
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch) {
+  compile::DiskCache& disk = compile::DiskCache::global();
+  return compile_kernel(f, c, arch, disk.enabled() ? &disk : nullptr);
+}
+
+compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache* disk) {
   const std::pair<std::string, int> key{kernel_name(f, c), arch};
   std::promise<compile::CompileResult> promise;
   std::shared_future<compile::CompileResult> result;
@@ -101,7 +107,7 @@ compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c,
   }
   if (!owner) return result.get();  // rethrows the owner's error, if any
   try {
-    promise.set_value(compile_kernel_uncached(f, c, arch));
+    promise.set_value(compile_kernel_uncached(f, c, arch, disk));
   } catch (...) {
     promise.set_exception(std::current_exception());
   }
@@ -112,14 +118,14 @@ compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c,
   return result.get();
 }
 
-compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch) {
+compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
+                                               compile::DiskCache* disk) {
   const codegen::KernelSource src = codegen::generate(f, c);
   compile::CompileRequest req;
   req.name = src.name;
   req.source = src.source;
   req.arch = arch;
-  compile::DiskCache& disk = compile::DiskCache::global();
-  compile::CompileResult r = compile::compile_cubin(req, disk.enabled() ? &disk : nullptr);
+  compile::CompileResult r = compile::compile_cubin(req, disk);
   const std::string reason = compile_reason(f, c, arch);
   auto& counters = stats::counters();
   if (r.from_disk) {
@@ -130,7 +136,7 @@ compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelC
     stats::record_compile(src.name, r.compile_ms);
     std::ostringstream s;
     s << "compiled " << src.name << " for sm_" << arch << " in " << r.compile_ms << " ms: " << reason
-      << (disk.enabled() ? "; not in the disk cache" : "; disk cache disabled");
+      << (disk ? "; not in the disk cache" : "; disk cache disabled");
     log::line(reason == "new fusion" ? log::compile : log::Topic(log::compile | log::recompile), s.str());
   }
   return r;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "compile/compiler.h"
+#include "compile/disk_cache.h"
 #include "runtime/keys.h"
 
 namespace normjit {
@@ -23,6 +24,8 @@ struct LoadedKernel {
 
 // Source -> cubin through the disk cache, without a GPU. Logs the reason when NORMJIT_LOG asks.
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch);
+// Same, through a given disk cache (null: none) instead of the process-wide one (tests).
+compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache* disk);
 
 // The loaded kernel (compiling on a miss).
 const LoadedKernel& get_kernel(const FusionKey& f, const KernelConfig& c, int device);

@@ -367,7 +367,7 @@ TEST(Cli, ExitCodesAndMessages) {
   EXPECT_EQ(shell(cli + " explain", &out), 2) << out;
 }
 
-TEST(Cli, WarmupStatsAndDemoWithoutAGpu) {
+TEST(Cli, WarmupStatsAndDemo) {
   std::string why;
   if (!driver::try_nvrtc(&why)) GTEST_SKIP() << "NVRTC is not available here: " << why;
   TempDir cache;
