@@ -9,13 +9,20 @@
 
 #include "driver/cuda_driver.h"
 #include "normjit/normjit.h"
+#include "runtime/device.h"
 
 namespace {
 
 using normjit::DType;
 
 bool have_gpu() {
-  static const bool ok = normjit::availability().available;
+  static const bool ok = [] {
+    if (!normjit::availability().available) return false;
+    // The tests allocate with the driver API before any normjit call: make the primary context
+    // (the one normjit and PyTorch use) current on this thread first.
+    normjit::make_current(normjit::device_state(0));
+    return true;
+  }();
   return ok;
 }
 #define REQUIRE_GPU()                                                                           \

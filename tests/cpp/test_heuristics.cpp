@@ -177,7 +177,7 @@ int tier_rank(const std::string& tier) {
                                 "medium (CTA of 128)",
                                 "medium (CTA of 256)",
                                 "large (CTA of 512)",
-                                "large (CTA of 1024)",
+                                "large (CTA of 512, 8",
                                 "split, cached",
                                 "split, streamed"};
   for (int i = 0; i < int(std::size(order)); ++i)
@@ -415,8 +415,8 @@ TEST(Heuristics, BoundedSetSizes) {
       {Direction::forward, Layout::ncdhw, DType::f16, true, 56},
       {Direction::forward, Layout::ncdhw, DType::f32, true, 42},
       {Direction::forward, Layout::ncdhw, DType::f16, false, 56},
-      {Direction::backward, Layout::ncdhw, DType::f16, true, 48},
-      {Direction::backward, Layout::ncdhw, DType::f32, true, 36},
+      {Direction::backward, Layout::ncdhw, DType::f16, true, 56},
+      {Direction::backward, Layout::ncdhw, DType::f32, true, 42},
       {Direction::forward, Layout::ndhwc, DType::f16, true, 108},
       {Direction::forward, Layout::ndhwc, DType::f32, true, 84},
       {Direction::forward, Layout::ndhwc, DType::f16, false, 108},
