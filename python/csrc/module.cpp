@@ -13,6 +13,10 @@
 
 namespace py = pybind11;
 
+namespace normjit_torch {
+void register_warmup(py::module_& m);  // warmup_calls, nvrtc_available (warmup.cpp)
+}
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "normjit: run-time generated CUDA kernels for instance normalization (torch binding)";
 
@@ -77,4 +81,5 @@ PYBIND11_MODULE(_C, m) {
   // ---------------------------------------------------------------------------------------------
   // Lead: explain / warmup / autotune bindings go here.
   // ---------------------------------------------------------------------------------------------
+  normjit_torch::register_warmup(m);
 }

@@ -27,8 +27,6 @@ namespace normjit_torch {
 
 std::atomic<uint64_t> layout_copies{0};
 
-namespace {
-
 using at::Tensor;
 
 normjit::DType to_normjit_dtype(at::ScalarType t) {
@@ -48,6 +46,48 @@ normjit::Activation to_activation(int64_t code) {
   return static_cast<normjit::Activation>(code);
 }
 
+// The layout the kernels see. Contiguous is preferred when a tensor is both (size-1 dims).
+at::MemoryFormat served_format(const Tensor& x) {
+  if (x.is_contiguous()) return at::MemoryFormat::Contiguous;
+  if (x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast))
+    return at::MemoryFormat::ChannelsLast;
+  if (x.dim() == 5 && x.is_contiguous(at::MemoryFormat::ChannelsLast3d))
+    return at::MemoryFormat::ChannelsLast3d;
+  return at::MemoryFormat::Preserve;  // neither: the caller copies
+}
+
+// The strides are the canonical ones of `fmt` (strides of size-1 dims are arbitrary in c10 and
+// do not change any address).
+normjit::TensorArg strided_arg(void* data, normjit::DType dtype, at::IntArrayRef sizes,
+                               at::MemoryFormat fmt) {
+  normjit::TensorArg a;
+  a.data = data;
+  a.dtype = dtype;
+  a.ndim = static_cast<int>(sizes.size());
+  const int nd = a.ndim;
+  for (int i = 0; i < nd; ++i) a.sizes[i] = sizes[i];
+  auto sz = [&](int i) { return std::max<int64_t>(a.sizes[i], 1); };
+  if (fmt == at::MemoryFormat::Contiguous) {
+    int64_t s = 1;
+    for (int i = nd - 1; i >= 0; --i) {
+      a.strides[i] = s;
+      s *= sz(i);
+    }
+  } else {  // channels last: C fastest, then the spatial dims last to first, then N
+    int64_t s = 1;
+    a.strides[1] = s;
+    s *= sz(1);
+    for (int i = nd - 1; i >= 2; --i) {
+      a.strides[i] = s;
+      s *= sz(i);
+    }
+    a.strides[0] = s;
+  }
+  return a;
+}
+
+namespace {
+
 void check_x(const Tensor& x, const char* op, const char* name) {
   TORCH_CHECK(x.defined(), op, ": ", name, " is undefined");
   TORCH_CHECK(x.is_cuda(), op, ": ", name, " must be a CUDA tensor, got a tensor on ", x.device(),
@@ -58,16 +98,6 @@ void check_x(const Tensor& x, const char* op, const char* name) {
   TORCH_CHECK(x.dim() >= 3 && x.dim() <= 5, op, ": ", name,
               " must have 3 to 5 dimensions (N, C, *spatial), got ", x.dim(), " with sizes ",
               x.sizes());
-}
-
-// The layout the kernels see. Contiguous is preferred when a tensor is both (size-1 dims).
-at::MemoryFormat served_format(const Tensor& x) {
-  if (x.is_contiguous()) return at::MemoryFormat::Contiguous;
-  if (x.dim() == 4 && x.is_contiguous(at::MemoryFormat::ChannelsLast))
-    return at::MemoryFormat::ChannelsLast;
-  if (x.dim() == 5 && x.is_contiguous(at::MemoryFormat::ChannelsLast3d))
-    return at::MemoryFormat::ChannelsLast3d;
-  return at::MemoryFormat::Preserve;  // neither: the caller copies
 }
 
 // x in a served layout: passed through, or copied to contiguous (counted).
@@ -94,33 +124,9 @@ Tensor like_x(const Tensor& t, const Tensor& x, at::MemoryFormat fmt, const char
   return out;
 }
 
-// A TensorArg for a tensor that is contiguous in `fmt`. The strides are the canonical ones of
-// that format (strides of size-1 dims are arbitrary in c10 and do not change any address).
+// A TensorArg for a tensor that is contiguous in `fmt`.
 normjit::TensorArg tensor_arg(const Tensor& t, at::MemoryFormat fmt) {
-  normjit::TensorArg a;
-  a.data = t.data_ptr();
-  a.dtype = to_normjit_dtype(t.scalar_type());
-  a.ndim = static_cast<int>(t.dim());
-  const int nd = a.ndim;
-  for (int i = 0; i < nd; ++i) a.sizes[i] = t.size(i);
-  auto sz = [&](int i) { return std::max<int64_t>(a.sizes[i], 1); };
-  if (fmt == at::MemoryFormat::Contiguous) {
-    int64_t s = 1;
-    for (int i = nd - 1; i >= 0; --i) {
-      a.strides[i] = s;
-      s *= sz(i);
-    }
-  } else {  // channels last: C fastest, then the spatial dims last to first, then N
-    int64_t s = 1;
-    a.strides[1] = s;
-    s *= sz(1);
-    for (int i = nd - 1; i >= 2; --i) {
-      a.strides[i] = s;
-      s *= sz(i);
-    }
-    a.strides[0] = s;
-  }
-  return a;
+  return strided_arg(t.data_ptr(), to_normjit_dtype(t.scalar_type()), t.sizes(), fmt);
 }
 
 normjit::TensorArg vector_arg(const Tensor& t) {

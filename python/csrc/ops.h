@@ -3,9 +3,11 @@
 // ops.cpp       schema (TORCH_LIBRARY) and the CUDA kernels: c10 tensors -> normjit::TensorArg
 // autograd.cpp  the Autograd kernel of instance_norm_fwd (a torch::autograd::Function)
 // module.cpp    the pybind11 module normjit._C (availability, cache statistics)
+// warmup.cpp    warmup_calls / nvrtc_available: ahead-of-time kernels for a model's calls
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <normjit/normjit.h>
 
 #include <atomic>
 #include <cstdint>
@@ -31,6 +33,17 @@ enum ActivationCode : int64_t {
   kSigmoid = 6,
   kTanh = 7,
 };
+
+// Conventions of the operators (ops.cpp), shared with warmup.cpp so that a warm-up builds the
+// very arguments the operators would.
+normjit::DType to_normjit_dtype(at::ScalarType t);
+normjit::Activation to_activation(int64_t code);
+// The layout the kernels see: Contiguous, ChannelsLast(3d), or Preserve when x is neither (the
+// operator then copies x to contiguous).
+at::MemoryFormat served_format(const at::Tensor& x);
+// A TensorArg of the given sizes, contiguous in `fmt` (Contiguous or channels last).
+normjit::TensorArg strided_arg(void* data, normjit::DType dtype, at::IntArrayRef sizes,
+                               at::MemoryFormat fmt);
 
 // C++ signatures of the two operators (see the schemas in ops.cpp).
 using FwdSig = std::tuple<at::Tensor, at::Tensor, at::Tensor>(

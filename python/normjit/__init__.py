@@ -4,12 +4,14 @@
     model = normjit.convert(model)              # torch InstanceNorm{1,2,3}d -> normjit, in place
     y = normjit.functional.instance_norm(x, weight=w, bias=b, activation="leaky_relu")
     norm = normjit.nn.InstanceNorm3d(32, affine=True, activation="relu")
+    normjit.warmup(model, example_batch)        # compile/load every kernel before the first step
 
 Inputs normjit does not serve (CPU tensors, float64, ...) fall back to torch with a warning.
 """
 from . import _ops
 from . import functional, nn
 from .convert import convert
+from .warmup import warmup
 
 __version__ = "0.1.0"
 
@@ -24,6 +26,7 @@ __all__ = [
     "nn",
     "reset_cache_stats",
     "unavailable_reason",
+    "warmup",
 ]
 
 

@@ -31,6 +31,11 @@ ACTIVATIONS = {
 }
 _SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
+# Set by normjit.warmup only while it records a model's calls: called with each call's arguments,
+# it returns the output to use (during a fake-tensor trace) or None to go on as usual. None
+# otherwise, so that the per-call path pays one `is None` check.
+_recorder = None
+
 
 def instance_norm(
     input,
@@ -61,6 +66,10 @@ def instance_norm(
             f"normjit: unknown activation {activation!r}; expected one of "
             f"{[k for k in ACTIVATIONS if k is not None]} or None"
         )
+    if _recorder is not None:
+        y = _recorder(input, weight, residual, running_mean, use_input_stats, act)
+        if y is not None:
+            return y
     if input.is_cuda and input.dtype in _SERVED_DTYPES and 3 <= input.dim() <= 5 and _ops.available():
         shape = input.shape
         if use_input_stats and shape[2:].numel() == 1:

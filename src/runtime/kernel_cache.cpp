@@ -1,7 +1,6 @@
 #include "runtime/kernel_cache.h"
 
 #include <algorithm>
-#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,8 +31,11 @@ struct L2Eq {
   bool operator()(const L2Key& a, const L2Key& b) const { return bytes_equal(a, b); }
 };
 
+// One loaded kernel. The first caller builds it under `build`; concurrent callers of the same key
+// block on that mutex and then find it ready. (A plain mutex rather than std::call_once: simpler,
+// and a failed build simply leaves the slot for the next caller to retry.)
 struct Slot {
-  std::once_flag once;
+  std::mutex build;
   std::atomic<bool> ready{false};
   LoadedKernel kernel;
 };
@@ -76,10 +78,16 @@ L2Key make_key(const FusionKey& f, const KernelConfig& c, int device) {
 
 }  // namespace
 
-// One compile per (kernel, arch) at a time: concurrent callers of the same key wait for the first
-// and share its result; different keys compile in parallel.
-std::mutex g_inflight_mutex;
-std::map<std::pair<std::string, int>, std::shared_future<compile::CompileResult>> g_inflight;
+// One compile per (kernel, arch) at a time: the first caller of a key compiles under the key's
+// mutex; concurrent callers of the same key wait for it and share its result. Different keys
+// compile in parallel. (A mutex per key rather than std::promise: the least machinery.)
+struct CompileSlot {
+  std::mutex m;
+  bool done = false;
+  compile::CompileResult result;
+};
+std::mutex g_compile_slots_mutex;
+std::map<std::pair<std::string, int>, std::shared_ptr<CompileSlot>> g_compile_slots;
 
 compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
                                                compile::DiskCache* disk);
@@ -90,32 +98,19 @@ compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c,
 }
 
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache* disk) {
-  const std::pair<std::string, int> key{kernel_name(f, c), arch};
-  std::promise<compile::CompileResult> promise;
-  std::shared_future<compile::CompileResult> result;
-  bool owner = false;
+  std::shared_ptr<CompileSlot> slot;
   {
-    std::lock_guard<std::mutex> lock(g_inflight_mutex);
-    auto it = g_inflight.find(key);
-    if (it != g_inflight.end()) {
-      result = it->second;
-    } else {
-      result = promise.get_future().share();
-      g_inflight.emplace(key, result);
-      owner = true;
-    }
+    std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+    auto& s = g_compile_slots[{kernel_name(f, c), arch}];
+    if (!s) s = std::make_shared<CompileSlot>();
+    slot = s;
   }
-  if (!owner) return result.get();  // rethrows the owner's error, if any
-  try {
-    promise.set_value(compile_kernel_uncached(f, c, arch, disk));
-  } catch (...) {
-    promise.set_exception(std::current_exception());
+  std::lock_guard<std::mutex> lock(slot->m);
+  if (!slot->done) {
+    slot->result = compile_kernel_uncached(f, c, arch, disk);  // on error: nothing kept, next caller retries
+    slot->done = true;
   }
-  {
-    std::lock_guard<std::mutex> lock(g_inflight_mutex);
-    g_inflight.erase(key);
-  }
-  return result.get();
+  return slot->result;
 }
 
 compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
@@ -154,7 +149,12 @@ const LoadedKernel& get_kernel(const FusionKey& f, const KernelConfig& c, int de
     stats::counters().kernel_hits++;
     return slot->kernel;
   }
-  std::call_once(slot->once, [&] {
+  std::lock_guard<std::mutex> building(slot->build);
+  if (slot->ready.load(std::memory_order_acquire)) {  // built by the caller we waited for
+    stats::counters().kernel_hits++;
+    return slot->kernel;
+  }
+  {
     stats::counters().kernel_misses++;
     const DeviceState& dev = device_state(device);
     const compile::CompileResult r = compile_kernel(f, c, dev.profile.arch);
@@ -171,7 +171,7 @@ const LoadedKernel& get_kernel(const FusionKey& f, const KernelConfig& c, int de
     driver::check_cuda(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.max_blocks_per_sm, k.function, c.threads, 0),
                        "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     slot->ready.store(true, std::memory_order_release);
-  });
+  }
   return slot->kernel;
 }
 
