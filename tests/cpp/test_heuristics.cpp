@@ -227,9 +227,13 @@ TEST(Heuristics, SmallInstancesShareACta) {
 
 // ---------------------------------------------------------------------------------- splits
 TEST(Heuristics, BigShapeForwardIsACooperativeSplit) {
-  // nnU-Net stage 0: 64 instances of 2M elements. Each instance is split over co-resident CTAs
-  // that keep their tile in registers, the grid a whole number of instances.
-  // (The L4's 58 SMs cannot hold the 128 chunks of one instance: it streams, not tested here.)
+  // nnU-Net stage 0: 64 instances of 2M elements. With NORMJIT_SPLIT=registers each instance is
+  // split over co-resident CTAs that keep their tile in registers, the grid a whole number of
+  // instances. (The L4's 58 SMs cannot hold the 128 chunks of one instance: it streams.)
+  setenv("NORMJIT_SPLIT", "registers", 1);
+  struct Restore {
+    ~Restore() { unsetenv("NORMJIT_SPLIT"); }
+  } restore;
   for (const char* name : {"H200", "H100", "A100"}) {
     const DeviceProfile dev = builtin_profile(name);
     const CallKeys k = forward_keys(fwd_args({2, 32, 128, 128, 128}));
@@ -245,6 +249,23 @@ TEST(Heuristics, BigShapeForwardIsACooperativeSplit) {
     EXPECT_LE(l.chunk_vectors, int64_t(l.config.threads) * l.config.items);          // a chunk fits the tile
     EXPECT_GT(l.partials, 0);
     EXPECT_GT(l.counters, 0);
+  }
+}
+
+TEST(Heuristics, BigShapeDefaultStreamsThroughL2) {
+  // The default split streams each chunk twice, sized so a round's reads fit in half the L2.
+  for (const char* name : {"H200", "H100", "A100", "L4"}) {
+    const DeviceProfile dev = builtin_profile(name);
+    const CallKeys k = forward_keys(fwd_args({2, 32, 128, 128, 128}));
+    const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+    SCOPED_TRACE(dev.name);
+    EXPECT_TRUE(l.cooperative);
+    EXPECT_FALSE(l.config.cached);
+    EXPECT_EQ(l.grid % l.chunks, 0);
+    EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
+    EXPECT_GE(l.chunks * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);
+    const int64_t round_bytes = l.grid * l.chunk_vectors * l.config.vec * 2;
+    EXPECT_LE(round_bytes, dev.l2_bytes / 2 + l.grid * l.config.threads * l.config.items * 16) << round_bytes;
   }
 }
 
