@@ -30,34 +30,10 @@ struct FakePointers {
 };
 
 TensorArg tensor(void* data, DType dtype, const Shape& s, Layout layout) {
-  TensorArg t;
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = int(s.size());
-  for (int d = 0; d < t.ndim; ++d) t.sizes[d] = s[d];
-  if (layout == Layout::ncdhw) {
-    int64_t stride = 1;
-    for (int d = t.ndim - 1; d >= 0; --d) t.strides[d] = stride, stride *= std::max<int64_t>(s[d], 1);
-  } else {
-    // channels_last: C fastest, then the spatial dims, then N.
-    int64_t stride = 1;
-    t.strides[1] = stride;
-    stride *= std::max<int64_t>(s[1], 1);
-    for (int d = t.ndim - 1; d >= 2; --d) t.strides[d] = stride, stride *= std::max<int64_t>(s[d], 1);
-    t.strides[0] = stride;
-  }
-  return t;
+  return layout == Layout::ncdhw ? contiguous_tensor(data, dtype, s) : channels_last_tensor(data, dtype, s);
 }
 
-TensorArg vector_arg(void* data, DType dtype, int64_t n) {
-  TensorArg t;
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = 1;
-  t.sizes[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
+TensorArg vector_arg(void* data, DType dtype, int64_t n) { return contiguous_tensor(data, dtype, {n}); }
 
 float* fake_f32(FakePointers& p) { return static_cast<float*>(p.next()); }
 

@@ -40,8 +40,11 @@ struct TensorArg {
   int64_t numel() const;
 };
 
-// Make a contiguous (row-major) TensorArg.
+// A contiguous (row-major; NCDHW for an input) TensorArg.
 TensorArg contiguous_tensor(void* data, DType dtype, std::vector<int64_t> sizes);
+// A channels-last TensorArg for sizes (N, C, spatial...): C fastest, then the spatial dims, then N
+// (torch's channels_last / channels_last_3d).
+TensorArg channels_last_tensor(void* data, DType dtype, std::vector<int64_t> sizes);
 
 // y = act(instance_norm(x) * weight + bias [+ residual]).
 //

@@ -16,20 +16,37 @@ int64_t TensorArg::numel() const {
   return n;
 }
 
-TensorArg contiguous_tensor(void* data, DType dtype, std::vector<int64_t> sizes) {
+namespace {
+TensorArg tensor_of(void* data, DType dtype, const std::vector<int64_t>& sizes, const char* what) {
   if (sizes.empty() || sizes.size() > size_t(kMaxDims))
-    throw Error("contiguous_tensor: expected 1 to " + std::to_string(kMaxDims) + " sizes, got " +
+    throw Error(std::string(what) + ": expected 1 to " + std::to_string(kMaxDims) + " sizes, got " +
                 std::to_string(sizes.size()));
   TensorArg t;
   t.data = data;
   t.dtype = dtype;
   t.ndim = int(sizes.size());
+  for (int d = 0; d < t.ndim; ++d) t.sizes[d] = sizes[d];
+  return t;
+}
+// Strides ignore zero sizes (a zero-size tensor has no addresses to get wrong).
+int64_t extent(int64_t size) { return size > 1 ? size : 1; }
+}  // namespace
+
+TensorArg contiguous_tensor(void* data, DType dtype, std::vector<int64_t> sizes) {
+  TensorArg t = tensor_of(data, dtype, sizes, "contiguous_tensor");
   int64_t stride = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.sizes[d] = sizes[d];
-    t.strides[d] = stride;
-    stride *= sizes[d];
-  }
+  for (int d = t.ndim - 1; d >= 0; --d) t.strides[d] = stride, stride *= extent(t.sizes[d]);
+  return t;
+}
+
+TensorArg channels_last_tensor(void* data, DType dtype, std::vector<int64_t> sizes) {
+  TensorArg t = tensor_of(data, dtype, sizes, "channels_last_tensor");
+  if (t.ndim < 3) throw Error("channels_last_tensor: expected (N, C, spatial...), got " + std::to_string(t.ndim) + " dims");
+  int64_t stride = 1;
+  t.strides[1] = stride;
+  stride *= extent(t.sizes[1]);
+  for (int d = t.ndim - 1; d >= 2; --d) t.strides[d] = stride, stride *= extent(t.sizes[d]);
+  t.strides[0] = stride;
   return t;
 }
 

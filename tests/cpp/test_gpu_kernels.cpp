@@ -117,14 +117,8 @@ double act_grad_ref(normjit::Activation a, double z, double slope) {
 }
 
 normjit::TensorArg arg(const DeviceBuffer& b, DType d, const Case& c) {
-  normjit::TensorArg t = normjit::contiguous_tensor(b.get(), d, c.shape);
-  if (c.channels_last) {  // strides of NDHWC for sizes (N, C, spatial...)
-    int64_t stride = t.sizes[1];
-    for (int dim = t.ndim - 1; dim >= 2; --dim) t.strides[dim] = stride, stride *= t.sizes[dim];
-    t.strides[1] = 1;
-    t.strides[0] = stride;
-  }
-  return t;
+  return c.channels_last ? normjit::channels_last_tensor(b.get(), d, c.shape)
+                         : normjit::contiguous_tensor(b.get(), d, c.shape);
 }
 
 double tolerance(DType d) { return d == DType::f32 ? 2e-4 : d == DType::f16 ? 1.5e-2 : 8e-2; }

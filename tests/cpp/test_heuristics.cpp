@@ -30,32 +30,10 @@ void* fake_ptr(int index, int align = 256) {
 }
 
 TensorArg make_tensor(void* data, DType dtype, const Shape& s, Layout layout) {
-  TensorArg t;
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = int(s.size());
-  for (int d = 0; d < t.ndim; ++d) t.sizes[d] = s[d];
-  int64_t stride = 1;
-  if (layout == Layout::ncdhw) {
-    for (int d = t.ndim - 1; d >= 0; --d) t.strides[d] = stride, stride *= std::max<int64_t>(s[d], 1);
-  } else {
-    t.strides[1] = 1;
-    stride = std::max<int64_t>(s[1], 1);
-    for (int d = t.ndim - 1; d >= 2; --d) t.strides[d] = stride, stride *= std::max<int64_t>(s[d], 1);
-    t.strides[0] = stride;
-  }
-  return t;
+  return layout == Layout::ncdhw ? contiguous_tensor(data, dtype, s) : channels_last_tensor(data, dtype, s);
 }
 
-TensorArg vec_arg(void* data, DType dtype, int64_t n) {
-  TensorArg t;
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = 1;
-  t.sizes[0] = n;
-  t.strides[0] = 1;
-  return t;
-}
+TensorArg vec_arg(void* data, DType dtype, int64_t n) { return contiguous_tensor(data, dtype, {n}); }
 
 // A training forward with affine fp32 parameters and saved statistics (what the binding passes).
 ForwardArgs fwd_args(const Shape& s, DType dtype = DType::f16, Layout layout = Layout::ncdhw, int align = 256) {
