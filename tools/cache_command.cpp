@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "compile/compiler.h"
 #include "compile/disk_cache.h"
 #include "commands.h"
 
@@ -22,16 +23,8 @@ void print_usage(FILE* out) {
                "           ($NORMJIT_CACHE_DIR, else $XDG_CACHE_HOME/normjit, else ~/.cache/normjit)\n");
 }
 
-// The value of the "<field> ..." line of a key, or "".
 std::string key_field(const std::string& key, const std::string& field) {
-  const std::string prefix = field + " ";
-  for (size_t pos = 0; pos < key.size();) {
-    size_t end = key.find('\n', pos);
-    if (end == std::string::npos) end = key.size();
-    if (key.compare(pos, prefix.size(), prefix) == 0) return key.substr(pos + prefix.size(), end - pos - prefix.size());
-    pos = end + 1;
-  }
-  return "";
+  return normjit::compile::disk_key_field(key, field);
 }
 
 // "<kernel> (sm_90)" for compiled kernels; other records (autotune choices) show their first line.

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.h"
+#include "compile/compiler.h"
 #include "compile/disk_cache.h"
 #include "driver/nvrtc.h"
 #include "normjit/normjit.h"
@@ -19,14 +20,7 @@ namespace {
 using normjit::compile::DiskCache;
 
 std::string key_field(const std::string& key, const std::string& field) {
-  const std::string prefix = field + " ";
-  for (size_t pos = 0; pos < key.size();) {
-    size_t end = key.find('\n', pos);
-    if (end == std::string::npos) end = key.size();
-    if (key.compare(pos, prefix.size(), prefix) == 0) return key.substr(pos + prefix.size(), end - pos - prefix.size());
-    pos = end + 1;
-  }
-  return "";
+  return normjit::compile::disk_key_field(key, field);
 }
 
 void print_usage(FILE* out) {

@@ -139,6 +139,17 @@ std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms) {
   return cubin;
 }
 
+std::string disk_key_field(const std::string& key, const std::string& field) {
+  const std::string prefix = field + " ";
+  for (size_t pos = 0; pos < key.size();) {
+    size_t end = key.find('\n', pos);
+    if (end == std::string::npos) end = key.size();
+    if (key.compare(pos, prefix.size(), prefix) == 0) return key.substr(pos + prefix.size(), end - pos - prefix.size());
+    pos = end + 1;
+  }
+  return "";
+}
+
 CompileResult compile_cubin(const CompileRequest& req, DiskCache* cache) {
   CompileResult result;
   result.disk_key = disk_key(req);

@@ -28,6 +28,8 @@ const std::vector<std::string>& default_options();
 
 // The full disk-cache key: normjit version, NVRTC version, arch, options and a hash of the source.
 std::string disk_key(const CompileRequest& req);
+// The value of one "<field> <value>" line of such a key (e.g. "name", "arch"), or "".
+std::string disk_key_field(const std::string& key, const std::string& field);
 
 // Looks in `cache` (may be null), else compiles with NVRTC and stores the result.
 // Throws normjit::Error carrying the NVRTC log on a compile error.
