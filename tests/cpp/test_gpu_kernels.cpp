@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -88,6 +89,12 @@ struct Case {
   bool residual = false;
   float offset = 0.f;  // added to x: mean >> std
 };
+
+// gtest prints a parameter with this instead of its bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+  for (size_t i = 0; i < c.shape.size(); ++i) *os << (i ? "x" : "") << c.shape[i];
+  *os << " " << normjit::dtype_name(c.dtype) << (c.channels_last ? " ndhwc" : " ncdhw");
+}
 
 struct Layout {
   int64_t N, C, S;
