@@ -240,6 +240,20 @@ __device__ __forceinline__ void chan_merge(float& n_a, float& mean_a, float& m2_
   n_a = n;
 }
 
+// Combines the threads' running (n, mean, M2) of one group into the group's (mean, M2) over
+// `count` elements: the mean from the sum of n * mean, then M2 = sum(M2_t + n_t (mean_t - mean)^2).
+// Two fixed-order group sums per chunk, instead of two per tile.
+__device__ __forceinline__ void group_merge_stats(float n, float mean_t, float m2_t, float count, float* smem,
+                                                  float& mean, float& m2) {
+  float s[1] = {n * mean_t};
+  group_sum<1>(s, smem);
+  mean = count > 0.f ? s[0] / count : 0.f;
+  const float d = mean_t - mean;
+  float q[1] = {n > 0.f ? m2_t + n * d * d : 0.f};
+  group_sum<1>(q, smem);
+  m2 = q[0];
+}
+
 // ---------------------------------------------------------------- work decomposition (NCDHW)
 // A unit is one chunk of one instance. The grid's groups walk the units in rounds; every thread
 // runs the same number of rounds (inactive groups carry empty ranges) so that warp shuffles and

@@ -140,12 +140,18 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
     accumulate_tile(p, s, u.v_begin, u.v_end, lane, t, sums);
     group_sum<2>(sums, smem);
 #else
+    // Streamed: the next tile's loads are in flight while this one is accumulated.
+    BwdTile t;
+    load_bwd_tile(p, u, u.v_begin, lane, t);
     for (idx_t tb = u.v_begin; tb < u.v_end; tb += kTile) {
-      BwdTile t;
-      load_bwd_tile(p, u, tb, lane, t);
+      BwdTile next;
+      load_bwd_tile(p, u, tb + kTile, lane, next);  // predicated off past the chunk's end
       accumulate_tile(p, s, tb, u.v_end, lane, t, sums);
+      t = next;
     }
     group_sum<2>(sums, smem);
+    // The dx pass re-reads the chunk (from L2): its first tile goes out before the exchange.
+    load_bwd_tile(p, u, u.v_begin, lane, t);
 #endif
     if (p.chunks > 1 && u.active) {
       // Sum the chunks' partials: read in parallel, added by group_sum's fixed tree.
@@ -171,9 +177,10 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
     write_dx_tile(p, u, s, u.v_begin, lane, t, mean_g, mean_gx);
 #else
     for (idx_t tb = u.v_begin; tb < u.v_end; tb += kTile) {
-      BwdTile t;
-      load_bwd_tile(p, u, tb, lane, t);
+      BwdTile next;
+      load_bwd_tile(p, u, tb + kTile, lane, next);  // in flight while this tile is written
       write_dx_tile(p, u, s, tb, lane, t, mean_g, mean_gx);
+      t = next;
     }
 #endif
   }

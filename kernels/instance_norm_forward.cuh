@@ -46,6 +46,35 @@ __device__ __forceinline__ void tile_stats(const vec_t (&xr)[NJ_ITEMS], idx_t ti
   m2 = q[0];
 }
 
+// Adds one tile's values to a thread's running (n, mean, M2): two-pass over the registers, then
+// Chan-merged, so it stays exact when mean >> std.
+__device__ __forceinline__ void thread_tile_stats(const vec_t (&xr)[NJ_ITEMS], idx_t tile_begin, idx_t v_end,
+                                                  int lane, float& n, float& mean, float& m2) {
+  float s = 0.f, c = 0.f;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    if (tile_begin + (idx_t)i * NJ_GROUP + lane < v_end) {
+      c += (float)NJ_VEC;
+#pragma unroll
+      for (int k = 0; k < NJ_VEC; ++k) s += to_float(xr[i].v[k]);
+    }
+  }
+  if (c == 0.f) return;
+  const float tile_mean = s / c;
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    if (tile_begin + (idx_t)i * NJ_GROUP + lane < v_end) {
+#pragma unroll
+      for (int k = 0; k < NJ_VEC; ++k) {
+        const float d = to_float(xr[i].v[k]) - tile_mean;
+        q += d * d;
+      }
+    }
+  }
+  chan_merge(n, mean, m2, c, tile_mean, q);
+}
+
 __device__ __forceinline__ void load_tile(const NjParams& p, const Unit& u, idx_t tile_begin, int lane,
                                           vec_t (&xr)[NJ_ITEMS]) {
 #pragma unroll
@@ -98,15 +127,26 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
     float count, m2;
     tile_stats(xr, u.v_begin, u.v_end, lane, smem, count, mean, m2);
 #else
-    float count = 0.f, m2 = 0.f;
-    mean = 0.f;
-    for (idx_t t = u.v_begin; t < u.v_end; t += kTile) {
+    // Streamed: each thread keeps running statistics of what it loaded (tile by tile, next tile's
+    // loads in flight while this one is reduced); the CTA combines them once per chunk.
+    float tn = 0.f, tmean = 0.f, tm2 = 0.f;
+    {
       vec_t xr[NJ_ITEMS];
-      load_tile(p, u, t, lane, xr);
-      float tc, tm, tq;
-      tile_stats(xr, t, u.v_end, lane, smem, tc, tm, tq);
-      chan_merge(count, mean, m2, tc, tm, tq);
+      load_tile(p, u, u.v_begin, lane, xr);
+      for (idx_t t = u.v_begin; t < u.v_end; t += kTile) {
+        vec_t next[NJ_ITEMS];
+        load_tile(p, u, t + kTile, lane, next);  // predicated off past the chunk's end
+        thread_tile_stats(xr, t, u.v_end, lane, tn, tmean, tm2);
+#pragma unroll
+        for (int i = 0; i < NJ_ITEMS; ++i) xr[i] = next[i];
+      }
     }
+    float count = (float)((u.v_end - u.v_begin) * NJ_VEC), m2;
+    group_merge_stats(tn, tmean, tm2, count, smem, mean, m2);
+    // The output pass re-reads the chunk (from L2): its first tile's loads go out before the
+    // exchange, so they overlap the wait for the peer CTAs.
+    vec_t xr[NJ_ITEMS];
+    load_tile(p, u, u.v_begin, lane, xr);
 #endif
     if (p.chunks > 1 && u.active) {
       // Merge the chunks of this instance: mean = sum_j n_j mean_j / n, then
@@ -156,10 +196,16 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
 #if NJ_TRAIN && NJ_CACHED
     normalize_tile(p, u, u.v_begin, lane, xr, mean, scale, shift);
 #else
+#if !NJ_TRAIN
+    vec_t xr[NJ_ITEMS];
+    load_tile(p, u, u.v_begin, lane, xr);
+#endif
     for (idx_t t = u.v_begin; t < u.v_end; t += kTile) {
-      vec_t xr2[NJ_ITEMS];
-      load_tile(p, u, t, lane, xr2);
-      normalize_tile(p, u, t, lane, xr2, mean, scale, shift);
+      vec_t next[NJ_ITEMS];
+      load_tile(p, u, t + kTile, lane, next);  // in flight while this tile is written
+      normalize_tile(p, u, t, lane, xr, mean, scale, shift);
+#pragma unroll
+      for (int i = 0; i < NJ_ITEMS; ++i) xr[i] = next[i];
     }
 #endif
   }

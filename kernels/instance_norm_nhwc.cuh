@@ -196,6 +196,59 @@ __device__ __forceinline__ void nhwc_tile_stats(const TileUnit& u, idx_t t0, con
   for (int j = 0; j < NJ_VEC; ++j) m2[j] = q[0][j];
 }
 
+// Adds one tile's rows to a thread's running per-channel (n, mean, M2): two-pass over the
+// registers, then Chan-merged (n is the same for every channel of the thread's vector).
+__device__ __forceinline__ void nhwc_thread_tile_stats(const TileUnit& u, idx_t t0, const NhwcTile& t, float& n,
+                                                       float (&mean)[NJ_VEC], float (&m2)[NJ_VEC]) {
+  const int row = threadIdx.x / NJ_GROUP;
+  float c = 0.f, s[NJ_VEC];
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) s[j] = 0.f;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i)
+    if (t0 + row + (idx_t)i * NJ_ROWS < u.s_end) {
+      c += 1.f;
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) s[j] += to_float(t.x[i].v[j]);
+    }
+  if (c == 0.f) return;
+  float nn = n;
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) {
+    const float tile_mean = s[j] / c;
+    float q = 0.f;
+#pragma unroll
+    for (int i = 0; i < NJ_ITEMS; ++i)
+      if (t0 + row + (idx_t)i * NJ_ROWS < u.s_end) {
+        const float d = to_float(t.x[i].v[j]) - tile_mean;
+        q += d * d;
+      }
+    nn = n;
+    chan_merge(nn, mean[j], m2[j], c, tile_mean, q);
+  }
+  n = nn;
+}
+
+// The CTA's per-channel (mean, M2) over `count` rows from the threads' running statistics: two
+// column sums per chunk (see group_merge_stats in common.cuh).
+__device__ __forceinline__ void nhwc_merge_thread_stats(float n, const float (&tmean)[NJ_VEC],
+                                                        const float (&tm2)[NJ_VEC], float count, float* smem,
+                                                        float (&mean)[NJ_VEC], float (&m2)[NJ_VEC]) {
+  float acc[1][NJ_VEC];
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) acc[0][j] = n * tmean[j];
+  column_sum<1>(acc, smem);
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) {
+    mean[j] = count > 0.f ? acc[0][j] / count : 0.f;
+    const float d = tmean[j] - mean[j];
+    acc[0][j] = n > 0.f ? tm2[j] + n * d * d : 0.f;
+  }
+  column_sum<1>(acc, smem);
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) m2[j] = acc[0][j];
+}
+
 __device__ __forceinline__ void nhwc_normalize(const NjParams& p, const TileUnit& u, idx_t t0, const NhwcTile& t,
                                                const ChannelParams& cp) {
   const int row = threadIdx.x / NJ_GROUP;
@@ -243,20 +296,23 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     load_nhwc_tile(p, u, u.s_begin, t);
     nhwc_tile_stats(u, u.s_begin, t, smem, count, cp.mean, m2);
 #else
-    for (idx_t t0 = u.s_begin; t0 < u.s_end; t0 += kTile) {
-      NhwcTile tt;
-      load_nhwc_tile(p, u, t0, tt);
-      float tc[1], tm[NJ_VEC], tq[NJ_VEC];
-      nhwc_tile_stats(u, t0, tt, smem, tc, tm, tq);
-      float merged = 0.f;
+    // Streamed: each thread keeps running per-channel statistics of the rows it loaded (next
+    // tile's loads in flight while this one is reduced); the CTA combines them once per chunk.
+    float tn = 0.f, tmean[NJ_VEC], tm2[NJ_VEC];
 #pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) {
-        float n = count[0];
-        chan_merge(n, cp.mean[j], m2[j], tc[0], tm[j], tq[j]);
-        merged = n;
+    for (int j = 0; j < NJ_VEC; ++j) tmean[j] = 0.f, tm2[j] = 0.f;
+    {
+      NhwcTile tt;
+      load_nhwc_tile(p, u, u.s_begin, tt);
+      for (idx_t t0 = u.s_begin; t0 < u.s_end; t0 += kTile) {
+        NhwcTile next;
+        load_nhwc_tile(p, u, t0 + kTile, next);  // predicated off past the chunk's end
+        nhwc_thread_tile_stats(u, t0, tt, tn, tmean, tm2);
+        tt = next;
       }
-      count[0] = merged;
     }
+    count[0] = (float)(u.s_end - u.s_begin);
+    nhwc_merge_thread_stats(tn, tmean, tm2, count[0], smem, cp.mean, m2);
 #endif
     if (p.chunks > 1 && u.active) {
       // Merge the chunks per channel (mean first, then M2 around it). Rows of the CTA read
@@ -317,10 +373,13 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
 #if NJ_TRAIN && NJ_CACHED
     nhwc_normalize(p, u, u.s_begin, t, cp);
 #else
+    NhwcTile tt;
+    load_nhwc_tile(p, u, u.s_begin, tt);
     for (idx_t t0 = u.s_begin; t0 < u.s_end; t0 += kTile) {
-      NhwcTile tt;
-      load_nhwc_tile(p, u, t0, tt);
+      NhwcTile next;
+      load_nhwc_tile(p, u, t0 + kTile, next);  // in flight while this tile is written
       nhwc_normalize(p, u, t0, tt, cp);
+      tt = next;
     }
 #endif
   }
@@ -416,10 +475,13 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     load_nhwc_tile(p, u, u.s_begin, t);
     nhwc_accumulate(p, u, u.s_begin, t, cp, sums);
 #else
+    NhwcTile t;
+    load_nhwc_tile(p, u, u.s_begin, t);
     for (idx_t t0 = u.s_begin; t0 < u.s_end; t0 += kTile) {
-      NhwcTile tt;
-      load_nhwc_tile(p, u, t0, tt);
-      nhwc_accumulate(p, u, t0, tt, cp, sums);
+      NhwcTile next;
+      load_nhwc_tile(p, u, t0 + kTile, next);  // predicated off past the chunk's end
+      nhwc_accumulate(p, u, t0, t, cp, sums);
+      t = next;
     }
 #endif
     column_sum<2>(sums, smem);
@@ -448,10 +510,12 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #if NJ_CACHED
     nhwc_write_dx(p, u, u.s_begin, t, cp, sums);
 #else
+    load_nhwc_tile(p, u, u.s_begin, t);
     for (idx_t t0 = u.s_begin; t0 < u.s_end; t0 += kTile) {
-      NhwcTile tt;
-      load_nhwc_tile(p, u, t0, tt);
-      nhwc_write_dx(p, u, t0, tt, cp, sums);
+      NhwcTile next;
+      load_nhwc_tile(p, u, t0 + kTile, next);  // in flight while this tile is written
+      nhwc_write_dx(p, u, t0, t, cp, sums);
+      t = next;
     }
 #endif
   }
