@@ -30,9 +30,12 @@ __device__ __forceinline__ float grad_at(const BwdContext& s, float x, float dy,
 
 #if NJ_ACT != 0 && NJ_RESIDUAL
 #define NJ_NEEDS_RESIDUAL 1
+#define NJ_RING_TENSORS 3
 #else
 #define NJ_NEEDS_RESIDUAL 0
+#define NJ_RING_TENSORS 2
 #endif
+#include "tile_ring.cuh"
 
 struct BwdTile {
   vec_t x[NJ_ITEMS];
@@ -55,6 +58,22 @@ __device__ __forceinline__ void load_bwd_tile(const NjParams& p, const Unit& u, 
     t.res[i] = in ? load_vec(p.residual, e) : zero_vec();
 #endif
   }
+}
+
+// The next tile of a streamed pass: from the ring (in flight for a while already), else loaded now.
+__device__ __forceinline__ void stream_bwd_tile(const NjParams& p, TileRing& ring, const Unit& u, idx_t tb, int lane,
+                                                BwdTile& t) {
+#if NJ_STAGES > 0
+  (void)u, (void)tb, (void)lane;
+#if NJ_NEEDS_RESIDUAL
+  ring_take(p, ring, t.x, t.dy, t.res);
+#else
+  ring_take(p, ring, t.x, t.dy, nullptr);
+#endif
+#else
+  (void)ring;
+  load_bwd_tile(p, u, tb, lane, t);
+#endif
 }
 
 __device__ __forceinline__ float res_at(const BwdTile& t, int i, int k) {
@@ -121,6 +140,10 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
   const int lane = threadIdx.x % NJ_GROUP;
   const idx_t rounds = num_rounds(p);
   constexpr idx_t kTile = (idx_t)NJ_GROUP * NJ_ITEMS;
+  TileRing ring;
+#if NJ_STAGES > 0
+  ring_start(p, ring, p.x, p.dy, p.residual);
+#endif
 
   for (idx_t round = 0; round < rounds; ++round) {
     const Unit u = make_unit(p, round);
@@ -140,18 +163,12 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
     accumulate_tile(p, s, u.v_begin, u.v_end, lane, t, sums);
     group_sum<2>(sums, smem);
 #else
-    // Streamed: the next tile's loads are in flight while this one is accumulated.
-    BwdTile t;
-    load_bwd_tile(p, u, u.v_begin, lane, t);
     for (idx_t tb = u.v_begin; tb < u.v_end; tb += kTile) {
-      BwdTile next;
-      load_bwd_tile(p, u, tb + kTile, lane, next);  // predicated off past the chunk's end
+      BwdTile t;
+      stream_bwd_tile(p, ring, u, tb, lane, t);
       accumulate_tile(p, s, tb, u.v_end, lane, t, sums);
-      t = next;
     }
     group_sum<2>(sums, smem);
-    // The dx pass re-reads the chunk (from L2): its first tile goes out before the exchange.
-    load_bwd_tile(p, u, u.v_begin, lane, t);
 #endif
     if (p.chunks > 1 && u.active) {
       // Sum the chunks' partials: read in parallel, added by group_sum's fixed tree.
@@ -177,14 +194,14 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
     write_dx_tile(p, u, s, u.v_begin, lane, t, mean_g, mean_gx);
 #else
     for (idx_t tb = u.v_begin; tb < u.v_end; tb += kTile) {
-      BwdTile next;
-      load_bwd_tile(p, u, tb + kTile, lane, next);  // in flight while this tile is written
+      BwdTile t;
+      stream_bwd_tile(p, ring, u, tb, lane, t);
       write_dx_tile(p, u, s, tb, lane, t, mean_g, mean_gx);
-      t = next;
     }
 #endif
   }
 
+  ring_finish();
 #if NJ_AFFINE
   finish_weight_grads(p, &last_flag);
 #endif

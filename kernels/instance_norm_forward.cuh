@@ -13,6 +13,8 @@
 // Compile-time switches besides common.cuh's: NJ_TRAIN (batch statistics; else running stats),
 // NJ_AFFINE, NJ_RESIDUAL, NJ_RUNNING (update running stats), NJ_SAVE (write mean/rstd), NJ_CACHED.
 #include "common.cuh"
+#define NJ_RING_TENSORS 1
+#include "tile_ring.cuh"
 
 // Two-pass statistics of the vectors a thread holds: returns the group's (count, mean, m2).
 __device__ __forceinline__ void tile_stats(const vec_t (&xr)[NJ_ITEMS], idx_t tile_begin, idx_t v_end, int lane,
@@ -84,6 +86,18 @@ __device__ __forceinline__ void load_tile(const NjParams& p, const Unit& u, idx_
   }
 }
 
+// The next tile of a streamed pass: from the ring (in flight for a while already), else loaded now.
+__device__ __forceinline__ void stream_tile(const NjParams& p, TileRing& ring, const Unit& u, idx_t t, int lane,
+                                            vec_t (&xr)[NJ_ITEMS]) {
+#if NJ_STAGES > 0
+  (void)u, (void)t, (void)lane;
+  ring_take(p, ring, xr, nullptr, nullptr);
+#else
+  (void)ring;
+  load_tile(p, u, t, lane, xr);
+#endif
+}
+
 // y for the vectors of one tile held in xr.
 __device__ __forceinline__ void normalize_tile(const NjParams& p, const Unit& u, idx_t tile_begin, int lane,
                                                const vec_t (&xr)[NJ_ITEMS], float mean, float scale, float shift) {
@@ -116,6 +130,10 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
   const int lane = threadIdx.x % NJ_GROUP;
   const idx_t rounds = num_rounds(p);
   constexpr idx_t kTile = (idx_t)NJ_GROUP * NJ_ITEMS;
+  TileRing ring;
+#if NJ_STAGES > 0
+  ring_start(p, ring, p.x, nullptr, nullptr);
+#endif
 
   for (idx_t round = 0; round < rounds; ++round) {
     const Unit u = make_unit(p, round);
@@ -127,26 +145,16 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
     float count, m2;
     tile_stats(xr, u.v_begin, u.v_end, lane, smem, count, mean, m2);
 #else
-    // Streamed: each thread keeps running statistics of what it loaded (tile by tile, next tile's
-    // loads in flight while this one is reduced); the CTA combines them once per chunk.
+    // Streamed: each thread keeps running statistics of the tiles it reads; the CTA combines
+    // them once per chunk.
     float tn = 0.f, tmean = 0.f, tm2 = 0.f;
-    {
+    for (idx_t t = u.v_begin; t < u.v_end; t += kTile) {
       vec_t xr[NJ_ITEMS];
-      load_tile(p, u, u.v_begin, lane, xr);
-      for (idx_t t = u.v_begin; t < u.v_end; t += kTile) {
-        vec_t next[NJ_ITEMS];
-        load_tile(p, u, t + kTile, lane, next);  // predicated off past the chunk's end
-        thread_tile_stats(xr, t, u.v_end, lane, tn, tmean, tm2);
-#pragma unroll
-        for (int i = 0; i < NJ_ITEMS; ++i) xr[i] = next[i];
-      }
+      stream_tile(p, ring, u, t, lane, xr);
+      thread_tile_stats(xr, t, u.v_end, lane, tn, tmean, tm2);
     }
     float count = (float)((u.v_end - u.v_begin) * NJ_VEC), m2;
     group_merge_stats(tn, tmean, tm2, count, smem, mean, m2);
-    // The output pass re-reads the chunk (from L2): its first tile's loads go out before the
-    // exchange, so they overlap the wait for the peer CTAs.
-    vec_t xr[NJ_ITEMS];
-    load_tile(p, u, u.v_begin, lane, xr);
 #endif
     if (p.chunks > 1 && u.active) {
       // Merge the chunks of this instance: mean = sum_j n_j mean_j / n, then
@@ -196,20 +204,15 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
 #if NJ_TRAIN && NJ_CACHED
     normalize_tile(p, u, u.v_begin, lane, xr, mean, scale, shift);
 #else
-#if !NJ_TRAIN
-    vec_t xr[NJ_ITEMS];
-    load_tile(p, u, u.v_begin, lane, xr);
-#endif
     for (idx_t t = u.v_begin; t < u.v_end; t += kTile) {
-      vec_t next[NJ_ITEMS];
-      load_tile(p, u, t + kTile, lane, next);  // in flight while this tile is written
+      vec_t xr[NJ_ITEMS];
+      stream_tile(p, ring, u, t, lane, xr);
       normalize_tile(p, u, t, lane, xr, mean, scale, shift);
-#pragma unroll
-      for (int i = 0; i < NJ_ITEMS; ++i) xr[i] = next[i];
     }
 #endif
   }
 
+  ring_finish();
 #if NJ_TRAIN && NJ_RUNNING
   finish_running_stats(p, &last_flag);
 #endif

@@ -188,7 +188,7 @@ std::vector<std::pair<FusionKey, KernelConfig>> distinct_kernels(const std::vect
 std::vector<std::pair<FusionKey, KernelConfig>> all_kernels(const ExplainOptions& o) {
   std::vector<std::pair<FusionKey, KernelConfig>> out;
   for (const FusionKey& f : explain_fusions(o))
-    for (const KernelConfig& c : enumerate_configs(f, o.policy)) out.emplace_back(f, c);
+    for (const KernelConfig& c : enumerate_configs(f, o.policy, o.device)) out.emplace_back(f, c);
   return out;
 }
 

@@ -37,7 +37,7 @@ int print_all(const ExplainCli& cli) {
   std::printf("every kernel config the %s policy allows (the bound on compiles per fusion and GPU arch):\n",
               policy_name(o.policy));
   for (const FusionKey& f : explain_fusions(o)) {
-    const std::vector<KernelConfig> configs = enumerate_configs(f, o.policy);
+    const std::vector<KernelConfig> configs = enumerate_configs(f, o.policy, o.device);
     std::printf("\n%s: %zu configs\n", fusion_label(f).c_str(), configs.size());
     int i = 0;
     for (const KernelConfig& c : configs)
@@ -102,7 +102,7 @@ int run_explain_command(int argc, char** argv) {
       if (c.new_kernel && bytes_equal(c.fusion, f)) ++kernels;
     total_kernels += kernels;
     std::printf("  %s: %zu distinct kernel%s (the %s policy's bound for this fusion: %zu)\n", fusion_label(f).c_str(),
-                kernels, kernels == 1 ? "" : "s", policy_name(o.policy), enumerate_configs(f, o.policy).size());
+                kernels, kernels == 1 ? "" : "s", policy_name(o.policy), enumerate_configs(f, o.policy, o.device).size());
   }
   if (cli.random > 0) {
     std::printf(

@@ -70,6 +70,7 @@ KernelSource generate(const FusionKey& f, const KernelConfig& c) {
   def("NJ_MIN_BLOCKS", c.min_blocks);
   def("NJ_CACHED", c.cached);
   def("NJ_INDEX64", c.index64);
+  def("NJ_STAGES", c.stages);
   s << expand_template(file);
   k.source = s.str();
   return k;

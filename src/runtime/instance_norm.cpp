@@ -165,7 +165,7 @@ struct PlanEq {
 struct Plan {
   CUfunction function = nullptr;
   CUcontext context = nullptr;
-  unsigned grid = 0, threads = 0;
+  unsigned grid = 0, threads = 0, smem = 0;
   bool cooperative = false;
   int chunks = 1;
   int chunk_vectors = 0;
@@ -193,6 +193,7 @@ Plan build_plan(const FusionKey& f, const ShapeKey& s, void* stream) {
   p.function = k.function;
   p.context = dev.context;
   p.threads = l.config.threads;
+  p.smem = unsigned(k.dynamic_smem);
   p.cooperative = l.cooperative;
   p.chunks = l.chunks;
   p.chunk_vectors = int(l.chunk_vectors);
@@ -260,12 +261,13 @@ void run(const FusionKey& f, const ShapeKey& s, NjParams& params, void* stream) 
     std::memset(&cfg, 0, sizeof(cfg));
     cfg.gridDimX = plan.grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;
     cfg.blockDimX = plan.threads, cfg.blockDimY = 1, cfg.blockDimZ = 1;
+    cfg.sharedMemBytes = plan.smem;
     cfg.hStream = static_cast<CUstream>(stream);
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     r = cu.cuLaunchKernelEx(&cfg, plan.function, args, nullptr);
   } else {
-    r = cu.cuLaunchKernel(plan.function, plan.grid, 1, 1, plan.threads, 1, 1, 0, static_cast<CUstream>(stream), args,
+    r = cu.cuLaunchKernel(plan.function, plan.grid, 1, 1, plan.threads, 1, 1, plan.smem, static_cast<CUstream>(stream), args,
                           nullptr);
   }
   driver::check_cuda(r, "cuLaunchKernel (normjit instance_norm)");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "codegen/codegen.h"
+#include "schedule/heuristics.h"
 #include "compile/disk_cache.h"
 #include "driver/cuda_driver.h"
 #include "runtime/device.h"
@@ -168,7 +169,14 @@ const LoadedKernel& get_kernel(const FusionKey& f, const KernelConfig& c, int de
     driver::check_cuda(cu.cuModuleGetFunction(&k.function, module, src.entry.c_str()), "cuModuleGetFunction");
     driver::check_cuda(cu.cuFuncGetAttribute(&k.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, k.function),
                        "cuFuncGetAttribute");
-    driver::check_cuda(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.max_blocks_per_sm, k.function, c.threads, 0),
+    // A streamed kernel's tile ring is dynamic shared memory; above 48 KB it must be allowed.
+    k.dynamic_smem = int(ring_bytes(f, c));
+    if (k.dynamic_smem > 0)
+      driver::check_cuda(
+          cu.cuFuncSetAttribute(k.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k.dynamic_smem),
+          "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+    driver::check_cuda(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.max_blocks_per_sm, k.function, c.threads,
+                                                                      size_t(k.dynamic_smem)),
                        "cuOccupancyMaxActiveBlocksPerMultiprocessor");
     slot->ready.store(true, std::memory_order_release);
   }

@@ -19,7 +19,8 @@ struct LoadedKernel {
   CUfunction function = nullptr;
   std::string name;
   int registers = 0;
-  int max_blocks_per_sm = 0;  // occupancy at the kernel's block size
+  int max_blocks_per_sm = 0;  // occupancy at the kernel's block size and dynamic shared memory
+  int dynamic_smem = 0;       // bytes of dynamic shared memory every launch passes (the tile ring)
 };
 
 // Source -> cubin through the disk cache, without a GPU. Logs the reason when NORMJIT_LOG asks.

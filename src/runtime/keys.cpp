@@ -64,7 +64,8 @@ FusionKey make_fusion(Direction d, DType dtype, DType wdtype, Layout layout, boo
   return f;
 }
 
-KernelConfig make_config(int threads, int group, int items, int vec, int min_blocks, bool cached, bool index64) {
+KernelConfig make_config(int threads, int group, int items, int vec, int min_blocks, bool cached, bool index64,
+                         int stages) {
   KernelConfig c = zeroed<KernelConfig>();
   c.threads = static_cast<uint16_t>(threads);
   c.group = static_cast<uint16_t>(group);
@@ -73,6 +74,7 @@ KernelConfig make_config(int threads, int group, int items, int vec, int min_blo
   c.min_blocks = static_cast<uint8_t>(min_blocks);
   c.cached = cached;
   c.index64 = index64;
+  c.stages = static_cast<uint8_t>(stages);
   return c;
 }
 
@@ -92,6 +94,7 @@ std::string describe(const KernelConfig& c) {
   std::ostringstream s;
   s << "threads=" << c.threads << " group=" << c.group << " items=" << int(c.items) << " vec=" << int(c.vec)
     << " min_blocks=" << int(c.min_blocks) << " cached=" << int(c.cached) << " index=" << (c.index64 ? 64 : 32);
+  if (c.stages) s << " stages=" << int(c.stages);
   return s.str();
 }
 
@@ -106,6 +109,7 @@ std::string kernel_name(const FusionKey& f, const KernelConfig& c) {
   if (f.activation != Activation::identity) s << "_" << activation_name(f.activation);
   s << "_t" << c.threads << "g" << c.group << "i" << int(c.items) << "v" << int(c.vec) << "b" << int(c.min_blocks)
     << (c.cached ? "c" : "s") << (c.index64 ? "64" : "32");
+  if (c.stages) s << "r" << int(c.stages);
   return s.str();
 }
 

@@ -10,10 +10,10 @@ namespace normjit {
 
 std::vector<DeviceProfile> builtin_profiles() {
   return {
-      {"H200", 90, 132, 2048, 65536, 60 << 20},
-      {"H100", 90, 132, 2048, 65536, 50 << 20},
-      {"A100", 80, 108, 2048, 65536, 40 << 20},
-      {"L4", 89, 58, 1536, 65536, 48 << 20},
+      {"H200", 90, 132, 2048, 65536, 60 << 20, 228 << 10},
+      {"H100", 90, 132, 2048, 65536, 50 << 20, 228 << 10},
+      {"A100", 80, 108, 2048, 65536, 40 << 20, 164 << 10},
+      {"L4", 89, 58, 1536, 65536, 48 << 20, 100 << 10},
   };
 }
 
@@ -46,6 +46,7 @@ DeviceProfile live_profile(int device) {
   p.max_threads_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
   p.regs_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
   p.l2_bytes = attr(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
+  p.smem_per_sm = attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
   return p;
 }
 

@@ -15,6 +15,7 @@ struct DeviceProfile {
   int max_threads_per_sm = 2048;
   int regs_per_sm = 65536;
   int64_t l2_bytes = 50 << 20;
+  int smem_per_sm = 228 << 10;  // shared memory per multiprocessor (bytes, before per-CTA reserves)
 };
 
 // H200, H100, A100, L4 (case-insensitive); throws normjit::Error listing the known names.

@@ -52,9 +52,15 @@ int vector_width(const ShapeKey& s, DType dtype, Layout layout);
 // Whether element offsets need 64-bit arithmetic.
 bool needs_index64(const ShapeKey& s);
 
+// The shared-memory ring of a streamed kernel (kernels/tile_ring.cuh): tensors streamed through
+// it, and its size in bytes (dynamic shared memory of the launch; 0 without a ring).
+int ring_tensors(const FusionKey& f);
+int64_t ring_bytes(const FusionKey& f, const KernelConfig& c);
+
 Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy);
 
 // Every config choose_launch can return for this fusion under the policy (the documented bound).
-std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy);
+std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy);  // for the H200
+std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, const DeviceProfile& dev);
 
 }  // namespace normjit

@@ -375,7 +375,7 @@ TEST(Heuristics, EveryChosenConfigIsEnumerated) {
     const DeviceProfile& dev = devices[size_t(i) % devices.size()];
     for (Policy p : {Policy::bounded, Policy::exact}) {
       const Launch l = choose_launch(k.fusion, k.shape, dev, p);
-      const std::vector<KernelConfig> all = enumerate_configs(k.fusion, p);
+      const std::vector<KernelConfig> all = enumerate_configs(k.fusion, p, dev);
       ASSERT_TRUE(contains(all, l.config))
           << "choose_launch returned a config enumerate_configs does not list (" << policy_name(p) << ", " << dev.name
           << "): " << describe(k.fusion) << " / " << describe(l.config) << " for N=" << k.shape.N << " C=" << k.shape.C
