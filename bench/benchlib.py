@@ -327,6 +327,56 @@ def git_revision() -> str | None:
 
 
 # --------------------------------------------------------------------------------------------------
+# Child processes (bench_policy.py, bench_cold_start.py)
+# --------------------------------------------------------------------------------------------------
+
+
+def child_env(overrides: dict[str, str | None]) -> dict[str, str]:
+    """os.environ with overrides applied; a None value removes the variable."""
+    env = dict(os.environ)
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env
+
+
+def run_child(cmd: Sequence[str], env: dict[str, str] | None = None,
+              timeout: float | None = None) -> dict:
+    """Run cmd to completion with its output going straight to ours (so that a log under tee sees
+    it live); returns {'returncode', 'seconds', 'timed_out'}. Settings that a process reads once
+    (NORMJIT_POLICY, the plan cache, CUDA and NVRTC start-up) are only cold in a fresh process,
+    hence children. On a time-out the child is killed and returncode is None. The child stays in
+    our process group: a `timeout` around the parent still reaches it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(list(cmd), env=env)
+    try:
+        returncode = proc.wait(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        returncode, timed_out = None, True
+    except BaseException:  # KeyboardInterrupt, SIGTERM turned into an exception: no orphans
+        proc.kill()
+        proc.wait()
+        raise
+    return {"returncode": returncode, "seconds": time.perf_counter() - t0, "timed_out": timed_out}
+
+
+def child_failure(run: dict) -> str | None:
+    """Why a run_child() result is a failure ('timed out after 12 s', 'exit status 1'), or None."""
+    if run.get("timed_out"):
+        return f"timed out after {run.get('seconds', 0):.0f} s"
+    if run.get("returncode"):
+        return f"exit status {run['returncode']}"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
 # Kernel-benchmark tables (used by bench_instance_norm.py and report.py)
 # --------------------------------------------------------------------------------------------------
 

@@ -4,9 +4,9 @@ scripts/gpu_check.sh, whose output folder may hold only a few files), and print 
 summary that fits at the end of a console log.
 
 Inputs are the --out folders of bench_instance_norm.py (plain and activation runs),
-bench_host_overhead.py and bench_unet.py, plus a step-status file written by gpu_check.sh
-(lines 'step<TAB>status<TAB>seconds<TAB>note'). Any of them may be missing: a step that failed
-early must not stop the report. Needs no torch.
+bench_host_overhead.py, bench_unet.py, bench_policy.py and bench_cold_start.py, plus a
+step-status file written by gpu_check.sh (lines 'step<TAB>status<TAB>seconds<TAB>note'). Any of
+them may be missing: a step that failed early must not stop the report. Needs no torch.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import shutil
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_cold_start  # noqa: E402
+import bench_policy  # noqa: E402
 import benchlib as bl  # noqa: E402
 
 
@@ -60,7 +62,8 @@ def steps_table(steps: list[dict]) -> str:
 
 
 def full_markdown(docs: dict, steps: list[dict]) -> str:
-    """Everything, in one markdown file: steps, kernel tables (all dtypes), host, U-Net."""
+    """Everything, in one markdown file: steps, kernel tables (all dtypes), host, U-Net, policy,
+    cold start."""
     parts = ["# normjit GPU check", ""]
     if steps:
         parts += ["## Steps", "", steps_table(steps), ""]
@@ -76,6 +79,10 @@ def full_markdown(docs: dict, steps: list[dict]) -> str:
     if docs.get("unet"):
         parts += ["## nnU-Net-style 3D U-Net training step", "", _unet_note(docs["unet"]), "",
                   bl.unet_table(docs["unet"]), ""]
+    if docs.get("policy"):
+        parts += [bench_policy.policy_markdown(docs["policy"], level=2), ""]
+    if docs.get("cold_start"):
+        parts += [bench_cold_start.cold_markdown(docs["cold_start"], level=2), ""]
     return "\n".join(parts)
 
 
@@ -132,7 +139,42 @@ def console_summary(docs: dict, max_rows: int = 40) -> str:
                   bl.host_table(docs["host_overhead"]), ""]
     if docs.get("unet"):
         parts += ["## U-Net (" + _unet_note(docs["unet"]) + ")", bl.unet_table(docs["unet"]), ""]
+    if docs.get("policy"):
+        parts += _policy_console(docs["policy"])
+    if docs.get("cold_start"):
+        parts += _cold_console(docs["cold_start"])
     return "\n".join(parts)
+
+
+def _policy_console(doc: dict, max_rows: int = 6) -> list[str]:
+    """The summary sentence, then only the configurations outside the tolerance (the full table
+    is in results.md), then problems; at most max_rows of each, to keep the log tail short."""
+    parts = [f"## policy: bounded vs exact | {doc.get('device')}", bench_policy.summary_line(doc)]
+    outside = [r for r in doc.get("comparisons", []) if r.get("within") is False]
+    if outside:
+        parts += ["outside the tolerance:",
+                  bench_policy.policy_table(dict(doc, comparisons=outside[:max_rows]))]
+        if len(outside) > max_rows:
+            parts.append(f"... ({len(outside) - max_rows} more in results.md)")
+    issues = bench_policy.problems(doc)
+    parts += [f"!! {line}" for line in issues[:max_rows]]
+    if len(issues) > max_rows:
+        parts.append(f"!! ... ({len(issues) - max_rows} more in results.md)")
+    return parts + [""]
+
+
+def _cold_console(doc: dict) -> list[str]:
+    """The cold-start table without its notes column, the levels table, then problems."""
+    patch = "x".join(str(p) for p in doc.get("patch") or [])
+    parts = [f"## cold start (U-Net fwd+bwd, batch {doc.get('batch')}, patch {patch}; cost = "
+             "first step - warm step, new process per row; targets <= 1000 ms cold, <= 50 ms "
+             "warm)", bench_cold_start.cold_table(doc, notes=False)]
+    lv = doc.get("levels")
+    if lv:
+        parts += ["", "cache levels:", bench_cold_start.levels_table(lv)]
+        parts += [f"?? {line}" for line in bench_cold_start.levels_notes(lv)]
+    parts += [f"!! {line}" for line in bench_cold_start.failures(doc)]
+    return parts + [""]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--kernel-act", help="bench_instance_norm.py --out folder (activation)")
     p.add_argument("--host", help="bench_host_overhead.py --out folder")
     p.add_argument("--unet", help="bench_unet.py --out folder")
+    p.add_argument("--policy", help="bench_policy.py --out folder")
+    p.add_argument("--cold", help="bench_cold_start.py --out folder")
     p.add_argument("--steps", help="gpu_check.sh step-status file")
     p.add_argument("--console", action="store_true", help="print the compact summary")
     args = p.parse_args(argv)
@@ -155,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         "kernel_activation": load_json(join(args.kernel_act, "results.json")),
         "host_overhead": load_json(join(args.host, "host_overhead.json")),
         "unet": load_json(join(args.unet, "unet.json")),
+        "policy": load_json(join(args.policy, "policy.json")),
+        "cold_start": load_json(join(args.cold, "cold_start.json")),
     }
     steps = read_steps(args.steps)
     os.makedirs(args.out, exist_ok=True)

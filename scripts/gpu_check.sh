@@ -4,8 +4,12 @@
 #
 # Usage: scripts/gpu_check.sh [STEP|GROUP ...]          (default: all)
 #   groups: build = cmake install | tests = ctest pytest | bench = bench_kernel bench_act
-#           bench_host bench_unet | all
-#   steps:  cmake ctest install pytest bench_kernel bench_act bench_host bench_unet
+#           bench_host bench_unet bench_policy bench_cold | all
+#   steps:  cmake ctest install pytest bench_kernel bench_act bench_host bench_unet bench_policy
+#           bench_cold
+#   bench_policy: bounded vs NORMJIT_POLICY=exact kernel times (is bounded within 10 %?), one
+#   process per policy; bench_cold: cold start of a U-Net fwd+bwd with an empty and a warm disk
+#   cache, normjit.warmup, torch.compile's (not --quick) and what each cache level costs.
 #   Steps always run in the order above. ctest builds first when build-gpu/ has no tests yet;
 #   pytest and the benchmarks install first when `import normjit` fails or the sources changed
 #   since this script last installed them (GPU_CHECK_NO_AUTO_INSTALL=1: never).
@@ -15,7 +19,7 @@
 #                         build.log tests.log bench.log summary.tsv results.json results.md
 #                         bandwidth.png
 #   GPU_CHECK_QUICK=1     quick benchmarks (3 shapes, fp16, small U-Net patch, no torch.compile
-#                         U-Net)
+#                         peer in the U-Net and cold-start benchmarks)
 #   GPU_CHECK_TMP         scratch folder (default /tmp/normjit-gpu-check): fresh per-step
 #                         NORMJIT_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR, so
 #                         every step starts from cold caches, and the benchmarks' own output
@@ -41,7 +45,9 @@ BENCH_DIR=$TMP_ROOT/bench
 SUMMARY=$OUT/summary.tsv
 export PYTHONUNBUFFERED=1
 
-ALL_STEPS=(cmake ctest install pytest bench_kernel bench_act bench_host bench_unet)
+ALL_STEPS=(cmake ctest install pytest bench_kernel bench_act bench_host bench_unet bench_policy
+           bench_cold)
+BENCH_STEPS=(bench_kernel bench_act bench_host bench_unet bench_policy bench_cold)
 
 # ---------------------------------------------------------------------------------------------
 # Which steps
@@ -53,9 +59,12 @@ for arg in "$@"; do
     all)   for s in "${ALL_STEPS[@]}"; do WANT[$s]=1; done ;;
     build) WANT[cmake]=1; WANT[install]=1 ;;
     tests|test) WANT[ctest]=1; WANT[pytest]=1 ;;
-    bench|benchmarks) WANT[bench_kernel]=1; WANT[bench_act]=1; WANT[bench_host]=1; WANT[bench_unet]=1 ;;
-    cmake|ctest|install|pytest|bench_kernel|bench_act|bench_host|bench_unet) WANT[$arg]=1 ;;
-    -h|--help) sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    bench|benchmarks) for s in "${BENCH_STEPS[@]}"; do WANT[$s]=1; done ;;
+    cmake|ctest|install|pytest|bench_kernel|bench_act|bench_host|bench_unet|bench_policy|bench_cold)
+      WANT[$arg]=1 ;;
+    # The header comment, up to the first line that is not one.
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"
+               exit 0 ;;
     *) echo "gpu_check: unknown step '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -67,7 +76,9 @@ if [ "$QUICK" = 1 ]; then QUICK_ARG=(--quick); else QUICK_ARG=(); fi
 # Start the logs the selected steps write to; keep the others (an earlier run's, locally).
 if wanted cmake || wanted install; then : >"$OUT/build.log"; fi
 if wanted ctest || wanted pytest; then : >"$OUT/tests.log"; fi
-if wanted bench_kernel || wanted bench_act || wanted bench_host || wanted bench_unet; then
+any_bench=0
+for s in "${BENCH_STEPS[@]}"; do wanted "$s" && any_bench=1; done
+if [ $any_bench = 1 ]; then
   : >"$OUT/bench.log"
   rm -rf "$BENCH_DIR"
 fi
@@ -198,6 +209,16 @@ step_bench_unet() {
   run_step bench_unet "$OUT/bench.log" 1 'failures:' \
     "$PY" bench/bench_unet.py --out "$BENCH_DIR/unet" "${args[@]}"
 }
+step_bench_policy() {
+  # Two processes (bounded, exact), normjit only plus eager in the bounded one: ~40 s --quick.
+  run_step bench_policy "$OUT/bench.log" 1 'failures:' \
+    "$PY" bench/bench_policy.py --out "$BENCH_DIR/policy" "${QUICK_ARG[@]}"
+}
+step_bench_cold() {
+  # One process per measurement (8 --quick, ~60 s; 10 with the torch.compile pair otherwise).
+  run_step bench_cold "$OUT/bench.log" 1 'failures:' \
+    "$PY" bench/bench_cold_start.py --out "$BENCH_DIR/cold" "${QUICK_ARG[@]}"
+}
 
 echo "=== gpu_check: steps: $(for s in "${ALL_STEPS[@]}"; do wanted "$s" && printf '%s ' "$s"; done)"
 echo "=== OUT=$OUT quick=$QUICK python=$("$PY" --version 2>&1) commit=$(git rev-parse --short HEAD 2>/dev/null || echo none)"
@@ -223,7 +244,7 @@ fi
 
 # (c) install the Python package (also when a later step needs it and it is not importable)
 needs_normjit=0
-for s in pytest bench_kernel bench_act bench_host bench_unet; do wanted "$s" && needs_normjit=1; done
+for s in pytest "${BENCH_STEPS[@]}"; do wanted "$s" && needs_normjit=1; done
 if wanted install; then
   step_install
 elif [ $needs_normjit = 1 ] && [ "${GPU_CHECK_NO_AUTO_INSTALL:-0}" != 1 ] && ! install_is_current; then
@@ -239,17 +260,18 @@ if wanted bench_kernel; then step_bench_kernel; fi
 if wanted bench_act; then step_bench_act; fi
 if wanted bench_host; then step_bench_host; fi
 if wanted bench_unet; then step_bench_unet; fi
+if wanted bench_policy; then step_bench_policy; fi
+if wanted bench_cold; then step_bench_cold; fi
 
 # ---------------------------------------------------------------------------------------------
 # Report: merge the benchmark outputs into $OUT, then print the summary and the tables last.
 # ---------------------------------------------------------------------------------------------
 CONSOLE=$TMP_ROOT/console.md
 : >"$CONSOLE"
-ran_bench=0
-for s in bench_kernel bench_act bench_host bench_unet; do wanted "$s" && ran_bench=1; done
-if [ $ran_bench = 1 ]; then
+if [ $any_bench = 1 ]; then
   if ! "$PY" bench/report.py --out "$OUT" --kernel "$BENCH_DIR/kernel" --kernel-act "$BENCH_DIR/act" \
-      --host "$BENCH_DIR/host" --unet "$BENCH_DIR/unet" --steps "$SUMMARY" --console \
+      --host "$BENCH_DIR/host" --unet "$BENCH_DIR/unet" --policy "$BENCH_DIR/policy" \
+      --cold "$BENCH_DIR/cold" --steps "$SUMMARY" --console \
       >"$CONSOLE" 2>>"$OUT/bench.log"; then
     record report "FAILED" 0 "bench/report.py failed; see bench.log"
   fi

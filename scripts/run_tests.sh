@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command (README): builds normjit and runs every test this machine can run.
 #   C++: GoogleTest through CTest (GPU tests skip, saying so, where no GPU exists).
-#   Python: pytest over tests/python (skipped, saying so, where torch is not installed).
+#   Python: pytest over tests/python (skipped, saying so, where torch is not installed), and the
+#   benchmarks' CPU-only tests in bench/ (tables, arguments, report, child-process plumbing).
 # BUILD_DIR (default build) and JOBS (default: all cores) may be set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,4 +27,12 @@ else
     set -e
     if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then exit "$rc"; fi
   fi
+fi
+
+# The benchmarks' own tests need no GPU and no torch (the few that use torch return early).
+if python3 -c "import pytest" 2>/dev/null; then
+  python3 -m pytest bench -q
+else
+  python3 bench/test_benchlib.py
+  python3 bench/test_bench_tools.py
 fi

@@ -1,0 +1,520 @@
+"""CPU-only tests of bench_policy.py, bench_cold_start.py (and cold_start_child.py's torch-free
+parts), their child-process plumbing and their report sections. The GPU children are replaced by
+stub scripts that write what the real ones would. Run with `python3 -m pytest bench` or
+`python3 bench/test_bench_tools.py`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import bench_cold_start as bcs  # noqa: E402
+import bench_policy as bp  # noqa: E402
+import benchlib as bl  # noqa: E402
+import cold_start_child  # noqa: E402
+import report  # noqa: E402
+from test_benchlib import _raises, fake_kernel_doc  # noqa: E402
+
+
+def _write(path: str, text: str) -> str:
+    with open(path, "w") as f:
+        f.write(textwrap.dedent(text))
+    return path
+
+
+def _torch_cpu_only() -> bool:
+    """torch importable and no GPU: the case where the real children must fail cleanly."""
+    try:
+        import torch
+    except ImportError:
+        return False
+    return not torch.cuda.is_available()
+
+
+# --------------------------------------------------------------------------------------------------
+# benchlib: child processes
+# --------------------------------------------------------------------------------------------------
+
+
+def test_child_env():
+    os.environ["BENCH_TOOLS_TEST_VAR"] = "1"
+    try:
+        env = bl.child_env({"BENCH_TOOLS_TEST_VAR": None, "NORMJIT_POLICY": "exact", "N": 3})
+    finally:
+        del os.environ["BENCH_TOOLS_TEST_VAR"]
+    assert "BENCH_TOOLS_TEST_VAR" not in env and env["NORMJIT_POLICY"] == "exact"
+    assert env["N"] == "3" and env["PATH"] == os.environ["PATH"]
+
+
+def test_run_child_status_and_timeout():
+    ok = bl.run_child([sys.executable, "-c", "import os, sys; sys.exit(os.environ['X'] != 'y')"],
+                      env=bl.child_env({"X": "y"}))
+    assert ok["returncode"] == 0 and not ok["timed_out"] and bl.child_failure(ok) is None
+    bad = bl.run_child([sys.executable, "-c", "import sys; sys.exit(3)"])
+    assert bad["returncode"] == 3 and bl.child_failure(bad) == "exit status 3"
+    t0 = time.perf_counter()
+    slow = bl.run_child([sys.executable, "-c", "import time; time.sleep(60)"], timeout=0.5)
+    assert time.perf_counter() - t0 < 20
+    assert slow["timed_out"] and slow["returncode"] is None
+    assert bl.child_failure(slow).startswith("timed out after")
+
+
+# --------------------------------------------------------------------------------------------------
+# bench_policy.py
+# --------------------------------------------------------------------------------------------------
+
+
+def fake_policy_child_doc(policy: str, shapes=bl.QUICK_SHAPES, slow=None, fail=None,
+                          with_eager=True) -> dict:
+    """results.json of bench_instance_norm.py under one policy: the exact policy 100 µs per
+    config, bounded 103 µs except 125 µs on the config `slow`; `fail` fails bounded's check."""
+    doc = fake_kernel_doc(shapes=shapes, dtypes=("fp16",))
+    doc["measurements"] = [m for m in doc["measurements"]
+                           if m["peer"] == "normjit" or (m["peer"] == "eager" and with_eager)]
+    for m in doc["measurements"]:
+        key = (tuple(m["shape"]), m["dtype"], m["layout"], m["mode"])
+        if m["peer"] == "normjit":
+            m["median_us"] = 100.0 if policy == "exact" else (125.0 if key == slow else 103.0)
+        else:
+            m["median_us"] = 1000.0
+    for c in doc["checks"]:
+        key = (tuple(c["shape"]), c["dtype"], c["layout"], c["mode"])
+        c["ok"] = not (policy == "bounded" and key == fail)
+    doc["normjit"]["cache_info_end"] = {"compiles": 6 if policy == "bounded" else 9}
+    doc["failures"] = 0
+    return doc
+
+
+def test_policy_args():
+    args = bp.parse_args([])
+    assert args.shapes == list(bl.DEFAULT_SHAPES) and args.dtypes == ["fp16"]
+    assert args.layouts == ["ncdhw", "ndhwc"] and args.modes == ["fwd", "fwdbwd"]
+    assert args.tolerance == 0.10
+    quick = bp.parse_args(["--quick", "--layouts", "ndhwc"])
+    assert quick.shapes == list(bl.QUICK_SHAPES) and quick.layouts == ["ndhwc"]
+    assert bp.parse_args(["--shapes", "2,8,4,4,4"]).shapes == [(2, 8, 4, 4, 4)]
+    assert _raises(lambda: bp.parse_args(["--tolerance", "-1"]), SystemExit)
+    assert _raises(lambda: bp.parse_args(["--modes", "bwd"]), ValueError)
+
+
+def test_policy_child_command():
+    args = bp.parse_args(["--quick", "--no-check", "--rep", "50"])
+    bounded = bp.child_command("bounded", "/o/bounded", args)
+    exact = bp.child_command("exact", "/o/exact", args)
+    assert bounded[1] == bp.KERNEL_BENCH
+    assert bounded[bounded.index("--peers") + 1] == "eager,normjit"
+    assert exact[exact.index("--peers") + 1] == "normjit"
+    i = bounded.index("--shapes")
+    assert bounded[i + 1:i + 4] == ["2,32,128,128,128", "2,128,32,32,32", "2,320,4,4,4"]
+    assert "--no-check" in bounded and "--no-plot" in exact and bounded[-1] == "--no-check"
+    assert bounded[bounded.index("--rep") + 1] == "50.0"
+    # The child's own parser takes the command as is.
+    import bench_instance_norm
+
+    child = bench_instance_norm.parse_args(bounded[2:])
+    assert child.shapes == list(bl.QUICK_SHAPES) and child.peers == ["eager", "normjit"]
+    assert child.no_check and child.no_plot and child.dtypes == ["fp16"]
+
+
+def test_policy_compare_summary_table():
+    slow = ((2, 32, 128, 128, 128), "fp16", "ndhwc", "fwdbwd")
+    fail = ((2, 320, 4, 4, 4), "fp16", "ncdhw", "fwd")
+    bounded = fake_policy_child_doc("bounded", slow=slow, fail=fail)
+    exact = fake_policy_child_doc("exact")
+    next(m for m in exact["measurements"] if m["peer"] == "normjit").update(
+        median_us=None, error="RuntimeError: boom")
+    rows = bp.compare(bounded, exact, 0.10)
+    assert len(rows) == 3 * 2 * 2
+    by = {(tuple(r["shape"]), r["dtype"], r["layout"], r["mode"]): r for r in rows}
+    assert abs(by[slow]["ratio"] - 1.25) < 1e-9 and by[slow]["within"] is False
+    assert by[fail]["check_bounded"] == "FAIL" and by[fail]["check_exact"] == "ok"
+    assert rows[0]["ratio"] is None and rows[0]["error"] == "exact: RuntimeError: boom"
+    assert rows[1]["within"] is True and rows[1]["eager_us"] == 1000.0
+    summary = bp.summarize(rows, 0.10)
+    assert summary["measured"] == 11 and summary["within"] == 10
+    assert summary["worst_config"] == "2,32,128,128,128 fp16 ndhwc fwdbwd"
+    doc = {"tolerance": 0.10, "comparisons": rows, "summary": summary, "device": "FakeGPU",
+           "runs": {"bounded": {"kernels_compiled": 6}, "exact": {"kernels_compiled": 9,
+                                                                  "failure": "exit status 1"}}}
+    table = bp.policy_table(doc).splitlines()
+    assert table[0] == ("| shape | dtype | layout | mode | eager µs | bounded µs | exact µs | "
+                        "bounded / exact | within 10% | check b / e |")
+    assert "| 125 | 100 | 1.25 | NO | ok / ok |" in "\n".join(table)
+    assert "| 103 | 100 | 1.03 | yes |" in table[3]
+    line = bp.summary_line(doc)
+    assert line.startswith("bounded within 10% of exact on 10 of 11 configurations")
+    assert "kernels compiled (fresh disk cache each): bounded 6, exact 9" in line
+    md = bp.policy_markdown(doc)
+    assert "## Problems" in md and "- exact run: exit status 1" in md
+    assert "2,320,4,4,4 fp16 ncdhw fwd: check failed" in md
+    assert "2,32,128,128,128 fp16 ncdhw fwd: exact: RuntimeError: boom" in md
+
+
+def test_policy_compare_missing_runs():
+    rows = bp.compare(fake_policy_child_doc("bounded", with_eager=False), None, 0.10)
+    assert len(rows) == 12 and all(r["ratio"] is None and r["eager_us"] is None for r in rows)
+    assert bp.summarize(rows, 0.1)["geomean_ratio"] is None
+    assert bp.compare(None, None, 0.1) == []
+    assert "not measured by both runs" in "\n".join(bp.problems({"comparisons": rows}))
+
+
+POLICY_STUB = """
+    # Stands in for bench_instance_norm.py: writes the results.json of NORMJIT_POLICY.
+    import json, os, sys
+    sys.path.insert(0, {here!r})
+    from test_bench_tools import fake_policy_child_doc
+    args = sys.argv[1:]
+    out = args[args.index("--out") + 1]
+    policy = os.environ["NORMJIT_POLICY"]
+    assert os.path.isdir(os.environ["NORMJIT_CACHE_DIR"]), "fresh cache dir exists"
+    with open(os.path.join({log!r}), "a") as f:
+        f.write(policy + " " + os.environ["NORMJIT_CACHE_DIR"] + "\\n")
+    os.makedirs(out, exist_ok=True)
+    slow = ((2, 320, 4, 4, 4), "fp16", "ndhwc", "fwd")
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(fake_policy_child_doc(policy, slow=slow), f)
+    sys.exit(1 if policy == "exact" and os.environ.get("STUB_FAIL_EXACT") else 0)
+"""
+
+
+def test_policy_run_all_through_stub_processes():
+    with tempfile.TemporaryDirectory() as d:
+        log = os.path.join(d, "calls.log")
+        stub = _write(os.path.join(d, "stub.py"), POLICY_STUB.format(here=HERE, log=log))
+
+        def launch(cmd, env=None, timeout=None):
+            assert cmd[1] == bp.KERNEL_BENCH
+            return bl.run_child([cmd[0], stub] + cmd[2:], env=env, timeout=timeout)
+
+        args = bp.parse_args(["--quick", "--out", os.path.join(d, "out")])
+        doc = bp.run_all(args, launch=launch)
+        with open(log) as f:
+            calls = [line.split() for line in f]
+        assert [c[0] for c in calls] == ["bounded", "exact"] and calls[0][1] != calls[1][1]
+        assert not any(os.path.exists(c[1]) for c in calls), "the caches are removed"
+        assert doc["failures"] == 0 and doc["device"] == "FakeGPU"
+        assert doc["runs"]["exact"]["kernels_compiled"] == 9
+        assert doc["summary"]["within"] == 11 and doc["summary"]["measured"] == 12
+        out = os.listdir(args.out)
+        assert sorted(out) == ["bounded", "exact", "policy.json", "policy.md"]
+        with open(os.path.join(args.out, "policy.json")) as f:
+            assert json.load(f)["summary"]["worst_ratio"] == 1.25
+        # A failed run is a failure of the benchmark, with the other run's numbers kept.
+        os.environ["STUB_FAIL_EXACT"] = "1"
+        try:
+            doc = bp.run_all(args, launch=launch)
+        finally:
+            del os.environ["STUB_FAIL_EXACT"]
+        assert doc["failures"] == 1 and doc["runs"]["exact"]["failure"] == "exit status 1"
+
+
+# --------------------------------------------------------------------------------------------------
+# bench_cold_start.py and cold_start_child.py
+# --------------------------------------------------------------------------------------------------
+
+
+def test_cold_args_and_plan():
+    args = bcs.parse_args([])
+    assert args.patch == (128, 128, 128) and args.compile and args.layouts == ["ncdhw", "ndhwc"]
+    assert args.cases == ["cold", "warm", "warmup", "levels"]
+    quick = bcs.parse_args(["--quick"])
+    assert quick.patch == (64, 64, 64) and not quick.compile
+    assert bcs.parse_args(["--quick", "--compile"]).compile
+    assert not bcs.parse_args(["--no-compile"]).compile
+    assert bcs.parse_args(["--cases", "warm"]).cases == ["cold", "warm"]
+    assert _raises(lambda: bcs.parse_args(["--cases", "hot"]), ValueError)
+    assert _raises(lambda: bcs.parse_args(["--patch", "80,192,160"]), ValueError)
+    plan = [(c.case, c.layout, c.cache) for c in bcs.plan(args)]
+    assert plan == [
+        ("cold", "ncdhw", "normjit-ncdhw"), ("warm", "ncdhw", "normjit-ncdhw"),
+        ("warmup", "ncdhw", "warmup-ncdhw"),
+        ("cold", "ndhwc", "normjit-ndhwc"), ("warm", "ndhwc", "normjit-ndhwc"),
+        ("warmup", "ndhwc", "warmup-ndhwc"),
+        ("levels_compile", "ncdhw", "levels"), ("levels_disk", "ncdhw", "levels"),
+        ("compile_cold", "ncdhw", "inductor"), ("compile_warm", "ncdhw", "inductor")]
+    assert len(bcs.plan(quick)) == 8
+    assert [c.case for c in bcs.plan(bcs.parse_args(["--cases", "levels", "--no-compile"]))] == [
+        "levels_compile", "levels_disk"]
+
+
+def test_cold_child_command_and_environment():
+    args = bcs.parse_args(["--quick", "--layouts", "ndhwc", "--warm-steps", "5",
+                           "--cudnn-benchmark"])
+    child = bcs.Child("warm", "ndhwc", "normjit-ndhwc")
+    cmd = bcs.child_command(child, args, "/r/warm.json")
+    assert cmd[1] == bcs.CHILD
+    parsed = cold_start_child.parse_args(cmd[2:])
+    assert parsed.case == "warm" and parsed.layout == "ndhwc" and parsed.result == "/r/warm.json"
+    assert parsed.patch == (64, 64, 64) and parsed.warm_steps == 5 and parsed.cudnn_benchmark
+    os.environ["NORMJIT_DISABLE_DISK_CACHE"] = "1"
+    try:
+        env = bcs.child_environment(child, "/caches")
+    finally:
+        del os.environ["NORMJIT_DISABLE_DISK_CACHE"]
+    assert env["NORMJIT_CACHE_DIR"] == "/caches/normjit-ndhwc"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/caches/normjit-ndhwc/inductor"
+    assert "NORMJIT_DISABLE_DISK_CACHE" not in env
+    assert set(cold_start_child.CASES) >= {c.case for c in bcs.plan(bcs.parse_args([]))}
+
+
+def test_cold_launch_failures():
+    with tempfile.TemporaryDirectory() as d:
+        args = bcs.parse_args(["--out", d])
+        child = bcs.Child("cold", "ncdhw", "normjit-ncdhw")
+
+        def fake_run(write, returncode=0, timed_out=False):
+            def run(cmd, env=None, timeout=None):
+                assert env["NORMJIT_CACHE_DIR"] == os.path.join(d, "root", "normjit-ncdhw")
+                assert timeout == args.timeout
+                if write is not None:
+                    bl.write_json(cmd[cmd.index("--result") + 1], write)
+                return {"returncode": None if timed_out else returncode, "seconds": 1.0,
+                        "timed_out": timed_out}
+            return run
+
+        root = os.path.join(d, "root")
+        rec = bcs.launch(child, args, root, fake_run({"case": "cold", "overhead_ms": 5.0,
+                                                      "error": None}))
+        assert rec["error"] is None and rec["process"]["returncode"] == 0
+        rec = bcs.launch(child, args, root, fake_run({"case": "cold", "error": "RuntimeError: x"},
+                                                     returncode=1))
+        assert rec["error"] == "RuntimeError: x"
+        rec = bcs.launch(child, args, root, fake_run(None, timed_out=True))
+        assert rec["error"].startswith("timed out") and rec["case"] == "cold"
+        rec = bcs.launch(child, args, root, fake_run(None))
+        assert rec["error"] == "the child wrote no result", "a stale result must not be read"
+
+
+def fake_cold_record(case: str, layout: str = "ncdhw") -> dict:
+    """What cold_start_child.py writes for a case, with made-up numbers."""
+    rec = {"case": case, "layout": layout, "error": None, "device": "FakeGPU", "torch": "0",
+           "import_ms": 80.0, "torch_first_step_ms": 900.0}
+    if case.startswith("levels"):
+        rec.update(shape=[2, 32, 8, 8, 8], expected={"l1_hit": True, "first_call": True})
+        if case == "levels_compile":
+            rec.update(l1_hit_us=20.0, l1_issue_us=12.0, l1_miss_us=[30.0, 34.0, 32.0],
+                       l3_miss_ms=[25.0, 27.0, 26.0], nvrtc_ms=[24.0, 26.0, 25.0],
+                       first_compile_ms=140.0, first_call_ms=180.0,
+                       l2_miss_cleared_ms=[0.2, 0.3], l2_miss_cleared_disk_hits=0)
+            rec["expected"]["l1_miss"] = False
+        else:
+            rec.update(l1_hit_us=21.0, l3_hit_ms=[0.5, 0.4, 0.6])
+        return rec
+    overhead = {"cold": 850.0, "warm": 62.0, "warmup": 3.0, "compile_cold": 45000.0,
+                "compile_warm": 9000.0}[case]
+    rec.update(first_step_ms=40.0 + overhead, warm_step_ms=40.0, warm_steps_ms=[40.0] * 3,
+               overhead_ms=overhead)
+    if not case.startswith("compile"):
+        compiles = 0 if case == "warm" else 30
+        rec.update(compiles=compiles, compile_ms_total=30 * 25.0 if compiles else 0.0,
+                   disk_hits=30 if case == "warm" else 0, kernels_loaded=30,
+                   counters_warm_steps={})
+    if case == "warmup":
+        rec.update(warmup_ms=400.0, warmup={"calls": 44, "kernels": 30, "compiled": 30,
+                                            "from_disk": 0, "seconds": 0.39})
+    return rec
+
+
+def fake_cold_doc() -> dict:
+    results = [fake_cold_record(c.case, c.layout) for c in bcs.plan(bcs.parse_args([]))]
+    results[3]["error"] = "RuntimeError: out of memory"
+    return {"device": "FakeGPU", "torch": "0", "patch": [128] * 3, "batch": 2,
+            "results": results, "levels": bcs.levels_summary(results)}
+
+
+def test_cold_tables():
+    doc = fake_cold_doc()
+    assert bcs.cost_ms(doc["results"][2]) == 403.0
+    assert bcs.met(doc["results"][0]) is True and bcs.met(doc["results"][1]) is False
+    assert bcs.met(doc["results"][2]) is None and bcs.met({"case": "cold"}) is None
+    lines = bcs.cold_table(doc).splitlines()
+    assert lines[0].startswith("| case | layout | what | cost ms | target ms | met |")
+    assert len(lines) == 2 + 8, "levels rows are not in the cold-start table"
+    assert lines[2].startswith("| cold | ncdhw | empty disk cache (NVRTC compiles) | 850 | ≤ 1000 "
+                               "| yes | 890 | 40.0 | 30 | 750 | 0 | 30 |")
+    assert "| warm | ncdhw |" in lines[3] and "| 62.0 | ≤ 50 | NO |" in lines[3]
+    assert "warmup() 400 ms: 44 calls, 30 kernels (30 compiled, 0 from disk)" in lines[4]
+    assert "ERROR RuntimeError: out of memory" in lines[5]
+    assert lines[8].startswith("| compile_cold | ncdhw | peer: torch.compile")
+    assert "| 45000 |" in lines[8]
+    short = bcs.cold_table(doc, notes=False).splitlines()
+    assert short[0].endswith("| kernels loaded |") and "torch's own" not in "\n".join(short)
+    lv = doc["levels"]
+    assert lv["l1_miss_us"] == 32.0 and lv["l3_miss_ms"] == 26.0 and lv["nvrtc_ms"] == 25.0
+    assert lv["l2_miss_l3_hit_ms"] == 0.5 and lv["samples"] == {"l1_miss": 3, "l3_hit": 3,
+                                                                 "l3_miss": 3}
+    levels = bcs.levels_table(lv)
+    assert "| L1 plan (per call) | 20.0 µs" in levels and "+32.0 µs" in levels
+    assert "+0.500 ms: an L3 hit" in levels and "the cubin was still in memory" in levels
+    assert "+26.0 ms per new kernel (NVRTC alone 25.0 ms" in levels
+    assert bcs.levels_notes(lv) == ["counters not as expected in levels_compile.l1_miss"]
+    md = bcs.cold_markdown(doc)
+    assert md.startswith("# Cold start of an nnU-Net-style 3D U-Net forward+backward")
+    assert "## What each cache level costs" in md and "patch 128x128x128" in md
+    assert bcs.failures(doc) == ["cold ndhwc: RuntimeError: out of memory"]
+    assert bcs.levels_summary([fake_cold_record("cold")]) is None
+
+
+COLD_STUB = """
+    # Stands in for cold_start_child.py: writes the record of its case.
+    import os, sys
+    sys.path.insert(0, {here!r})
+    import benchlib as bl
+    from test_bench_tools import fake_cold_record
+    import cold_start_child
+    args = cold_start_child.parse_args(sys.argv[1:])
+    cache = os.environ["NORMJIT_CACHE_DIR"]
+    os.makedirs(cache, exist_ok=True)
+    if args.case == "warm":  # warm runs on what cold left
+        assert os.listdir(cache) == ["kernel.njc"], os.listdir(cache)
+    open(os.path.join(cache, "kernel.njc"), "w").close()
+    bl.write_json(args.result, fake_cold_record(args.case, args.layout))
+"""
+
+
+def test_cold_run_all_through_stub_processes():
+    with tempfile.TemporaryDirectory() as d:
+        stub = _write(os.path.join(d, "stub.py"), COLD_STUB.format(here=HERE))
+
+        def run(cmd, env=None, timeout=None):
+            assert cmd[1] == bcs.CHILD
+            return bl.run_child([cmd[0], stub] + cmd[2:], env=env, timeout=timeout)
+
+        args = bcs.parse_args(["--quick", "--out", os.path.join(d, "out"), "--cache-root",
+                               os.path.join(d, "caches")])
+        doc = bcs.run_all(args, run=run)
+        assert doc["failures"] == 0 and doc["device"] == "FakeGPU"
+        assert [r["case"] for r in doc["results"]][:3] == ["cold", "warm", "warmup"]
+        assert all(r["process"]["returncode"] == 0 for r in doc["results"])
+        assert doc["levels"]["l3_miss_ms"] == 26.0
+        assert sorted(os.listdir(args.out)) == ["children", "cold_start.json", "cold_start.md"]
+        assert len(os.listdir(os.path.join(args.out, "children"))) == 8
+        assert sorted(os.listdir(args.cache_root)) == ["levels", "normjit-ncdhw", "normjit-ndhwc",
+                                                      "warmup-ncdhw", "warmup-ndhwc"]
+
+
+def test_children_fail_cleanly_without_gpu():
+    """The real children on this machine: no GPU, so an error record and exit status 1."""
+    if not _torch_cpu_only():
+        return  # needs torch, and a machine without a GPU
+    with tempfile.TemporaryDirectory() as d:
+        for case in ("cold", "levels_disk"):
+            result = os.path.join(d, f"{case}.json")
+            proc = subprocess.run([sys.executable, bcs.CHILD, case, "--result", result],
+                                  capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 1, proc.stdout + proc.stderr
+            with open(result) as f:
+                rec = json.load(f)
+            assert rec["case"] == case and rec["error"] == "RuntimeError: no CUDA device"
+
+
+def test_layout_keeping_twin():
+    if not _torch_cpu_only():
+        return
+    import torch
+
+    import bench_unet
+
+    base = bench_unet.build_unet()
+    twin = cold_start_child.layout_keeping_twin(base)
+    norm_type = torch.nn.modules.instancenorm._InstanceNorm
+    assert not any(isinstance(m, norm_type) for m in twin.modules())
+    assert sum(isinstance(m, norm_type) for m in base.modules()) == 22, "base left as it was"
+    affine = twin.encoder[0][0][1]
+    x = torch.randn(2, 32, 4, 4, 4).half().contiguous(memory_format=torch.channels_last_3d)
+    y = affine(x)
+    assert y.dtype == torch.float16 and y.is_contiguous(memory_format=torch.channels_last_3d)
+
+
+# --------------------------------------------------------------------------------------------------
+# report.py
+# --------------------------------------------------------------------------------------------------
+
+
+def fake_policy_doc(shapes=bl.DEFAULT_SHAPES) -> dict:
+    slow = (tuple(shapes[0]), "fp16", "ndhwc", "fwdbwd")
+    rows = bp.compare(fake_policy_child_doc("bounded", shapes=shapes, slow=slow),
+                      fake_policy_child_doc("exact", shapes=shapes), 0.10)
+    return {"device": "FakeGPU", "tolerance": 0.10, "comparisons": rows,
+            "summary": bp.summarize(rows, 0.10),
+            "runs": {"bounded": {"kernels_compiled": 6}, "exact": {"kernels_compiled": 9}}}
+
+
+def test_report_merges_policy_and_cold_start():
+    with tempfile.TemporaryDirectory() as d:
+        policy, cold, out = (os.path.join(d, n) for n in ("policy", "cold", "out"))
+        bl.write_json(os.path.join(policy, "policy.json"), fake_policy_doc())
+        bl.write_json(os.path.join(cold, "cold_start.json"), fake_cold_doc())
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "report.py"), "--out", out,
+                               "--policy", policy, "--cold", cold, "--console"],
+                              capture_output=True, text=True, check=True)
+        with open(os.path.join(out, "results.json")) as f:
+            assert set(json.load(f)) == {"gpu_check", "policy", "cold_start"}
+        with open(os.path.join(out, "results.md")) as f:
+            md = f.read()
+        assert "## Bounded vs exact policy" in md and md.count("| fp16 |") == 28
+        assert "## Cold start of an nnU-Net-style" in md and "### What each cache level" in md
+        console = proc.stdout
+        assert "## policy: bounded vs exact | FakeGPU" in console
+        assert "bounded within 10% of exact on 27 of 28" in console
+        assert console.count("| NO |") == 1 + 2, "the slow policy row and both warm rows"
+        assert "## cold start (U-Net fwd+bwd, batch 2, patch 128x128x128" in console
+        assert "!! cold ndhwc: RuntimeError: out of memory" in console
+        assert "?? counters not as expected in levels_compile.l1_miss" in console
+
+
+def test_policy_console_is_capped():
+    doc = fake_policy_doc()
+    for r in doc["comparisons"]:
+        r["within"] = False
+    lines = "\n".join(report._policy_console(doc)).splitlines()
+    assert sum(line.startswith("| 2,") for line in lines) == 6
+    assert "... (22 more in results.md)" in lines
+
+
+def test_console_fits_with_every_benchmark():
+    """A full default gpu_check (7 shapes x 3 dtypes, activation, host, U-Net, policy on the
+    ladder, cold start with the torch.compile pair) must print its tables within the 12,000
+    characters a log tail keeps, with room for the step summary printed before them."""
+    import bench_unet
+
+    docs = {"kernel": fake_kernel_doc(shapes=bl.DEFAULT_SHAPES, dtypes=("fp16", "bf16", "fp32")),
+            "kernel_activation": fake_kernel_doc(shapes=bl.QUICK_SHAPES, dtypes=("fp16",),
+                                                 activation="leaky_relu"),
+            "host_overhead": {"shape": [2, 8, 4, 4, 4], "dtype": "fp16", "calls": 2000,
+                              "repeats": 5, "results": [
+                                  {"peer": p, "mode": m, "total_us": 50.0, "issue_us": 40.0}
+                                  for m in ("no_grad", "grad") for p in
+                                  ("x.add_(0)", "F.instance_norm", "torch.nn.InstanceNorm3d",
+                                   "normjit.functional.instance_norm",
+                                   "normjit.nn.InstanceNorm3d",
+                                   "torch.compile(InstanceNorm3d)")]},
+            "unet": {"patch": [128] * 3, "batch": 2, "steps": 10, "warmup_steps": 3,
+                     "variants": [{"name": n, "first_step_s": 5.0, "median_ms": 60.0,
+                                   "losses": [1.1, 1.0, 0.9]} for n in bench_unet.VARIANTS[:5]]},
+            "policy": fake_policy_doc(),
+            "cold_start": fake_cold_doc()}
+    console = report.console_summary(docs)
+    assert len(console) < 10_500, len(console)
+
+
+if __name__ == "__main__":
+    failures = 0
+    for name, fn in sorted(globals().items()):
+        if name.startswith("test_") and callable(fn):
+            try:
+                fn()
+                print(f"ok   {name}")
+            except Exception as exc:  # noqa: BLE001
+                failures += 1
+                print(f"FAIL {name}: {type(exc).__name__}: {exc}")
+    print(f"{failures} failed")
+    sys.exit(1 if failures else 0)
