@@ -162,10 +162,9 @@ const LoadedKernel& get_kernel(const FusionKey& f, const KernelConfig& c, int de
     make_current(dev);
     CUmodule module;
     driver::check_cuda(cu.cuModuleLoadData(&module, r.cubin.data()), "cuModuleLoadData");
-    const codegen::KernelSource src = codegen::generate(f, c);
     LoadedKernel& k = slot->kernel;
-    k.name = src.name;
-    driver::check_cuda(cu.cuModuleGetFunction(&k.function, module, src.entry.c_str()), "cuModuleGetFunction");
+    k.name = kernel_name(f, c);
+    driver::check_cuda(cu.cuModuleGetFunction(&k.function, module, codegen::entry_point(f)), "cuModuleGetFunction");
     driver::check_cuda(cu.cuFuncGetAttribute(&k.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, k.function),
                        "cuFuncGetAttribute");
     driver::check_cuda(cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&k.max_blocks_per_sm, k.function, c.threads, 0),
