@@ -81,13 +81,44 @@ L2Key make_key(const FusionKey& f, const KernelConfig& c, int device) {
 // One compile per (kernel, arch) at a time: the first caller of a key compiles under the key's
 // mutex; concurrent callers of the same key wait for it and share its result. Different keys
 // compile in parallel. (A mutex per key rather than std::promise: the least machinery.)
+// A slot lives only while calls for its key are inside compile_kernel: the last one to leave
+// erases it, cubin and all, so no cubin outlives the calls that asked for it (the loaded module
+// and the disk cache keep what has to last). A failed compile leaves `done` false: the next
+// waiter retries.
+namespace {
+
 struct CompileSlot {
   std::mutex m;
-  bool done = false;
-  compile::CompileResult result;
+  bool done = false;              // guarded by m
+  compile::CompileResult result;  // guarded by m
+  int users = 0;                  // calls holding the slot; guarded by g_compile_slots_mutex
 };
+using CompileSlotKey = std::pair<std::string, int>;  // (kernel name, arch)
 std::mutex g_compile_slots_mutex;
-std::map<std::pair<std::string, int>, std::shared_ptr<CompileSlot>> g_compile_slots;
+std::map<CompileSlotKey, CompileSlot> g_compile_slots;  // a node-based map: a slot never moves
+
+// A call's hold on the slot of its key, from arrival to return.
+class CompileSlotHold {
+ public:
+  explicit CompileSlotHold(CompileSlotKey key) : key_(std::move(key)) {
+    std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+    slot_ = &g_compile_slots[key_];
+    slot_->users++;
+  }
+  ~CompileSlotHold() {
+    std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+    if (--slot_->users == 0) g_compile_slots.erase(key_);
+  }
+  CompileSlotHold(const CompileSlotHold&) = delete;
+  CompileSlotHold& operator=(const CompileSlotHold&) = delete;
+  CompileSlot* operator->() const { return slot_; }
+
+ private:
+  CompileSlotKey key_;
+  CompileSlot* slot_;
+};
+
+}  // namespace
 
 compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
                                                compile::DiskCache* disk);
@@ -98,19 +129,18 @@ compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c,
 }
 
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache* disk) {
-  std::shared_ptr<CompileSlot> slot;
-  {
-    std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
-    auto& s = g_compile_slots[{kernel_name(f, c), arch}];
-    if (!s) s = std::make_shared<CompileSlot>();
-    slot = s;
-  }
-  std::lock_guard<std::mutex> lock(slot->m);
+  const CompileSlotHold slot({kernel_name(f, c), arch});
+  std::lock_guard<std::mutex> lock(slot->m);  // released before `slot` lets go of the slot
   if (!slot->done) {
     slot->result = compile_kernel_uncached(f, c, arch, disk);  // on error: nothing kept, next caller retries
     slot->done = true;
   }
   return slot->result;
+}
+
+size_t compile_slots_in_use() {
+  std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+  return g_compile_slots.size();
 }
 
 compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
