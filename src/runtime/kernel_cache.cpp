@@ -24,12 +24,6 @@ struct L2Key {
   int32_t device;
   int32_t pad;
 };
-struct L2Hash {
-  size_t operator()(const L2Key& k) const { return hash_bytes(&k, sizeof(k)); }
-};
-struct L2Eq {
-  bool operator()(const L2Key& a, const L2Key& b) const { return bytes_equal(a, b); }
-};
 
 // One loaded kernel. The first caller builds it under `build`; concurrent callers of the same key
 // block on that mutex and then find it ready. (A plain mutex rather than std::call_once: simpler,
@@ -41,7 +35,7 @@ struct Slot {
 };
 
 std::mutex g_mutex;
-std::unordered_map<L2Key, std::shared_ptr<Slot>, L2Hash, L2Eq> g_kernels;
+std::unordered_map<L2Key, std::shared_ptr<Slot>, BytesHash<L2Key>, BytesEqual<L2Key>> g_kernels;
 
 // Configs compiled (or read from disk) per fusion and arch in this process, to explain recompiles.
 std::mutex g_history_mutex;
