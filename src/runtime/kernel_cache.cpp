@@ -44,6 +44,10 @@ std::map<std::pair<std::string, int>, std::vector<KernelConfig>> g_history;
 std::string compile_reason(const FusionKey& f, const KernelConfig& c, int arch) {
   std::lock_guard<std::mutex> lock(g_history_mutex);
   auto& seen = g_history[{describe(f), arch}];
+  // compile_kernel keeps no cubin once its callers have it, so a second device of the same arch,
+  // or a load after clear_memory_caches, asks again (normally a disk hit).
+  if (std::any_of(seen.begin(), seen.end(), [&](const KernelConfig& old) { return bytes_equal(old, c); }))
+    return "the same kernel again (for another device, or after clear_memory_caches)";
   std::string reason;
   if (seen.empty()) {
     reason = "new fusion";
