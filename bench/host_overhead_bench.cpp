@@ -7,6 +7,7 @@
 #include "kernels/params.h"
 #include "normjit/normjit.h"
 #include "runtime/call_keys.h"
+#include "runtime/sync_workspace.h"
 
 namespace normjit {
 void plant_plan_for_benchmark(const FusionKey& f, const ShapeKey& s);
@@ -40,5 +41,17 @@ static void BM_KeysOnly(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(forward_keys(a));
 }
 BENCHMARK(BM_KeysOnly);
+
+// get_workspace when the stream's buffer fits, as on every affine backward and running-stats
+// forward call: no lock, so threads launching on their own streams do not contend. A fake
+// allocator stands in for the device on the one grow.
+static uint64_t fake_workspace_allocate(int, void*, size_t) { return 0x10000000; }
+static void BM_WorkspaceHit(benchmark::State& state) {
+  using namespace normjit;
+  set_workspace_allocator_for_tests(fake_workspace_allocate);
+  void* stream = reinterpret_cast<void*>(uintptr_t(0x1000 + 16 * state.thread_index()));
+  for (auto _ : state) benchmark::DoNotOptimize(get_workspace(60, stream, 64, 4096, 0));
+}
+BENCHMARK(BM_WorkspaceHit)->Threads(1)->Threads(2);
 
 BENCHMARK_MAIN();

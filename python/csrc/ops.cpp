@@ -176,6 +176,17 @@ RunningStat running_stat(const OptTensor& p, const Tensor& x, const char* name) 
   return r;
 }
 
+// Runs a core entry point; its normjit::Error (bad arguments, an NVRTC log, a driver failure)
+// becomes a c10::Error (Python: RuntimeError) with the same text.
+template <typename Args>
+void call_core(void (*entry)(const Args&), const Args& args) {
+  try {
+    entry(args);
+  } catch (const normjit::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
+
 void* current_stream(const Tensor& x) {
 #ifdef NORMJIT_TORCH_CUDA
   return static_cast<void*>(c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
@@ -231,11 +242,7 @@ std::tuple<Tensor, Tensor, Tensor> instance_norm_fwd_cuda(
   a.activation_param = static_cast<float>(activation_param);
   a.device = x.device().index();
   a.stream = current_stream(x);
-  try {
-    normjit::instance_norm_forward(a);
-  } catch (const normjit::Error& e) {
-    TORCH_CHECK(false, e.what());
-  }
+  call_core(normjit::instance_norm_forward, a);
   if (use_input_stats) {
     if (rm.copy_back) rm.user.copy_(rm.buffer);
     if (rv.copy_back) rv.user.copy_(rv.buffer);
@@ -297,11 +304,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> instance_norm_bwd_cuda(
     a.activation_param = static_cast<float>(activation_param);
     a.device = x.device().index();
     a.stream = current_stream(x);
-    try {
-      normjit::instance_norm_backward(a);
-    } catch (const normjit::Error& e) {
-      TORCH_CHECK(false, e.what());
-    }
+    call_core(normjit::instance_norm_backward, a);
   }
 
   // Outputs in the dtypes/shapes of the inputs they are gradients of; (0,) when not requested.

@@ -41,14 +41,20 @@ std::string expand_template(const std::string& file) {
   return out.str();
 }
 
+const char* entry_point(const FusionKey& f) {
+  const bool fwd = f.direction == Direction::forward;
+  if (f.layout == Layout::ndhwc)
+    return fwd ? "normjit_instance_norm_nhwc_forward" : "normjit_instance_norm_nhwc_backward";
+  return fwd ? "normjit_instance_norm_forward" : "normjit_instance_norm_backward";
+}
+
 KernelSource generate(const FusionKey& f, const KernelConfig& c) {
   KernelSource k;
   k.name = kernel_name(f, c);
   const bool nhwc = f.layout == Layout::ndhwc;
   const bool fwd = f.direction == Direction::forward;
   const char* file = nhwc ? "instance_norm_nhwc.cuh" : fwd ? "instance_norm_forward.cuh" : "instance_norm_backward.cuh";
-  k.entry = nhwc ? (fwd ? "normjit_instance_norm_nhwc_forward" : "normjit_instance_norm_nhwc_backward")
-                 : (fwd ? "normjit_instance_norm_forward" : "normjit_instance_norm_backward");
+  k.entry = entry_point(f);
 
   std::ostringstream s;
   s << "// normjit generated kernel " << k.name << "\n"

@@ -17,6 +17,10 @@ struct KernelSource {
 
 KernelSource generate(const FusionKey& f, const KernelConfig& c);
 
+// The __global__ function generate(f, c) defines, for any config: the name to look up in a
+// loaded module without generating (expanding and formatting) the whole source again.
+const char* entry_point(const FusionKey& f);
+
 // The text of an embedded template with its local #includes expanded (each file once).
 std::string expand_template(const std::string& file);
 

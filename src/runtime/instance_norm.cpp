@@ -154,12 +154,6 @@ struct PlanKey {
   FusionKey fusion;
   ShapeKey shape;
 };
-struct PlanHash {
-  size_t operator()(const PlanKey& k) const { return hash_bytes(&k, sizeof(k)); }
-};
-struct PlanEq {
-  bool operator()(const PlanKey& a, const PlanKey& b) const { return bytes_equal(a, b); }
-};
 
 // Everything a launch needs besides the per-call pointers.
 struct Plan {
@@ -173,7 +167,7 @@ struct Plan {
 };
 
 std::shared_mutex g_plans_mutex;
-std::unordered_map<PlanKey, Plan, PlanHash, PlanEq> g_plans;
+std::unordered_map<PlanKey, Plan, BytesHash<PlanKey>, BytesEqual<PlanKey>> g_plans;
 
 Plan build_plan(const FusionKey& f, const ShapeKey& s, void* stream) {
   const DeviceState& dev = device_state(s.device);

@@ -25,12 +25,6 @@ struct L2Key {
   int32_t device;
   int32_t pad;
 };
-struct L2Hash {
-  size_t operator()(const L2Key& k) const { return hash_bytes(&k, sizeof(k)); }
-};
-struct L2Eq {
-  bool operator()(const L2Key& a, const L2Key& b) const { return bytes_equal(a, b); }
-};
 
 // One loaded kernel. The first caller builds it under `build`; concurrent callers of the same key
 // block on that mutex and then find it ready. (A plain mutex rather than std::call_once: simpler,
@@ -42,7 +36,7 @@ struct Slot {
 };
 
 std::mutex g_mutex;
-std::unordered_map<L2Key, std::shared_ptr<Slot>, L2Hash, L2Eq> g_kernels;
+std::unordered_map<L2Key, std::shared_ptr<Slot>, BytesHash<L2Key>, BytesEqual<L2Key>> g_kernels;
 
 // Configs compiled (or read from disk) per fusion and arch in this process, to explain recompiles.
 std::mutex g_history_mutex;
@@ -51,6 +45,10 @@ std::map<std::pair<std::string, int>, std::vector<KernelConfig>> g_history;
 std::string compile_reason(const FusionKey& f, const KernelConfig& c, int arch) {
   std::lock_guard<std::mutex> lock(g_history_mutex);
   auto& seen = g_history[{describe(f), arch}];
+  // compile_kernel keeps no cubin once its callers have it, so a second device of the same arch,
+  // or a load after clear_memory_caches, asks again (normally a disk hit).
+  if (std::any_of(seen.begin(), seen.end(), [&](const KernelConfig& old) { return bytes_equal(old, c); }))
+    return "the same kernel again (for another device, or after clear_memory_caches)";
   std::string reason;
   if (seen.empty()) {
     reason = "new fusion";
@@ -82,13 +80,44 @@ L2Key make_key(const FusionKey& f, const KernelConfig& c, int device) {
 // One compile per (kernel, arch) at a time: the first caller of a key compiles under the key's
 // mutex; concurrent callers of the same key wait for it and share its result. Different keys
 // compile in parallel. (A mutex per key rather than std::promise: the least machinery.)
+// A slot lives only while calls for its key are inside compile_kernel: the last one to leave
+// erases it, cubin and all, so no cubin outlives the calls that asked for it (the loaded module
+// and the disk cache keep what has to last). A failed compile leaves `done` false: the next
+// waiter retries.
+namespace {
+
 struct CompileSlot {
   std::mutex m;
-  bool done = false;
-  compile::CompileResult result;
+  bool done = false;              // guarded by m
+  compile::CompileResult result;  // guarded by m
+  int users = 0;                  // calls holding the slot; guarded by g_compile_slots_mutex
 };
+using CompileSlotKey = std::pair<std::string, int>;  // (kernel name, arch)
 std::mutex g_compile_slots_mutex;
-std::map<std::pair<std::string, int>, std::shared_ptr<CompileSlot>> g_compile_slots;
+std::map<CompileSlotKey, CompileSlot> g_compile_slots;  // a node-based map: a slot never moves
+
+// A call's hold on the slot of its key, from arrival to return.
+class CompileSlotHold {
+ public:
+  explicit CompileSlotHold(CompileSlotKey key) : key_(std::move(key)) {
+    std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+    slot_ = &g_compile_slots[key_];
+    slot_->users++;
+  }
+  ~CompileSlotHold() {
+    std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+    if (--slot_->users == 0) g_compile_slots.erase(key_);
+  }
+  CompileSlotHold(const CompileSlotHold&) = delete;
+  CompileSlotHold& operator=(const CompileSlotHold&) = delete;
+  CompileSlot* operator->() const { return slot_; }
+
+ private:
+  CompileSlotKey key_;
+  CompileSlot* slot_;
+};
+
+}  // namespace
 
 compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
                                                compile::DiskCache* disk);
@@ -99,19 +128,18 @@ compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c,
 }
 
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache* disk) {
-  std::shared_ptr<CompileSlot> slot;
-  {
-    std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
-    auto& s = g_compile_slots[{kernel_name(f, c), arch}];
-    if (!s) s = std::make_shared<CompileSlot>();
-    slot = s;
-  }
-  std::lock_guard<std::mutex> lock(slot->m);
+  const CompileSlotHold slot({kernel_name(f, c), arch});
+  std::lock_guard<std::mutex> lock(slot->m);  // released before `slot` lets go of the slot
   if (!slot->done) {
     slot->result = compile_kernel_uncached(f, c, arch, disk);  // on error: nothing kept, next caller retries
     slot->done = true;
   }
   return slot->result;
+}
+
+size_t compile_slots_in_use() {
+  std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+  return g_compile_slots.size();
 }
 
 compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
@@ -163,10 +191,9 @@ const LoadedKernel& get_kernel(const FusionKey& f, const KernelConfig& c, int de
     make_current(dev);
     CUmodule module;
     driver::check_cuda(cu.cuModuleLoadData(&module, r.cubin.data()), "cuModuleLoadData");
-    const codegen::KernelSource src = codegen::generate(f, c);
     LoadedKernel& k = slot->kernel;
-    k.name = src.name;
-    driver::check_cuda(cu.cuModuleGetFunction(&k.function, module, src.entry.c_str()), "cuModuleGetFunction");
+    k.name = kernel_name(f, c);
+    driver::check_cuda(cu.cuModuleGetFunction(&k.function, module, codegen::entry_point(f)), "cuModuleGetFunction");
     driver::check_cuda(cu.cuFuncGetAttribute(&k.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, k.function),
                        "cuFuncGetAttribute");
     // A streamed kernel's tile ring is dynamic shared memory; above 48 KB it must be allowed.

@@ -2,7 +2,8 @@
 //
 // A miss generates the source, asks the disk cache (L3), else compiles with NVRTC, then loads the
 // cubin into the device's primary context. One compile per key at a time: concurrent callers of
-// the same key wait for the first and share its result; different keys compile in parallel.
+// the same key wait for the first and share its result; different keys compile in parallel. The
+// cubin is dropped once every caller has it (L2 keeps the loaded module, L3 the file).
 #pragma once
 
 #include <cuda.h>
@@ -27,6 +28,10 @@ struct LoadedKernel {
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch);
 // Same, through a given disk cache (null: none) instead of the process-wide one (tests).
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache* disk);
+
+// Keys with a compile_kernel call in progress: each holds a slot (and, once compiled, its cubin)
+// only until its last caller returns, so this is 0 whenever no call is in progress (tests).
+size_t compile_slots_in_use();
 
 // The loaded kernel (compiling on a miss).
 const LoadedKernel& get_kernel(const FusionKey& f, const KernelConfig& c, int device);

@@ -66,6 +66,14 @@ template <typename T> T zeroed() {
 template <typename T> bool bytes_equal(const T& a, const T& b) { return std::memcmp(&a, &b, sizeof(T)) == 0; }
 uint64_t hash_bytes(const void* p, size_t n);
 
+// Hash and equality of such keys for unordered containers (the L1 plan and L2 kernel caches).
+template <typename T> struct BytesHash {
+  size_t operator()(const T& k) const { return hash_bytes(&k, sizeof(T)); }
+};
+template <typename T> struct BytesEqual {
+  bool operator()(const T& a, const T& b) const { return bytes_equal(a, b); }
+};
+
 FusionKey make_fusion(Direction d, DType dtype, DType wdtype, Layout layout, bool train, bool affine, bool residual,
                       bool running, bool save, Activation act);
 KernelConfig make_config(int threads, int group, int items, int vec, int min_blocks, bool cached, bool index64,

@@ -4,6 +4,7 @@
 // kept until exit because kernels queued earlier on the stream may still use it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace normjit {
@@ -16,6 +17,13 @@ struct Workspace {
 
 // Sizes in elements. Growing allocates and zeroes synchronously, which is not allowed while the
 // stream is being captured: that case throws normjit::Error asking for a warm-up call.
+// A call that the current buffer fits takes no lock (every call of an affine backward does one).
 Workspace get_workspace(int device, void* stream, int64_t counters, int64_t partials, int64_t scratch);
+
+// Tests without a GPU: `allocate` replaces what a grow does on the device (the capture check,
+// then `bytes` of memory zeroed in stream order) and returns the new buffer's address; nullptr
+// restores the device. Buffers grown before the swap stay in use.
+using WorkspaceAllocator = uint64_t (*)(int device, void* stream, size_t bytes);
+void set_workspace_allocator_for_tests(WorkspaceAllocator allocate);
 
 }  // namespace normjit

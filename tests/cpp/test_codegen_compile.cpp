@@ -153,6 +153,27 @@ TEST(CodegenCompileCoverage, SourcesAreSelfContained) {
   }
 }
 
+// entry_point() (what an L2 miss looks up in the loaded module) names the function generate()
+// defines, for every direction and layout and every config, without generating the source.
+TEST(CodegenEntryPoint, IsTheFunctionGenerateDefines) {
+  std::set<std::string> entries;
+  for (Direction d : {Direction::forward, Direction::backward}) {
+    for (Layout l : {Layout::ncdhw, Layout::ndhwc}) {
+      const bool fwd = d == Direction::forward;
+      const FusionKey f = make_fusion(d, DType::f16, DType::f32, l, true, true, false, false, fwd, Activation::relu);
+      const std::string entry = codegen::entry_point(f);
+      for (const KernelConfig& cfg : enumerate_configs(f, Policy::bounded)) {
+        const codegen::KernelSource src = codegen::generate(f, cfg);
+        EXPECT_EQ(entry, src.entry) << src.name;
+        // Defined, not merely mentioned: the name starts a line and opens the parameter list.
+        EXPECT_NE(src.source.find("\n" + entry + "("), std::string::npos) << src.name << " does not define " << entry;
+      }
+      entries.insert(entry);
+    }
+  }
+  EXPECT_EQ(entries.size(), 4u) << "one entry point per direction and layout";
+}
+
 class CodegenCompile : public testing::TestWithParam<FusionCase> {
  protected:
   void SetUp() override {

@@ -43,6 +43,28 @@ TEST(Concurrency, SameKeyCompilesOnceAndIsShared) {
   EXPECT_EQ(after - before, 1u) << "eight concurrent callers of one key must share one compile";
   for (size_t s : sizes) EXPECT_EQ(s, sizes[0]);
   EXPECT_GT(sizes[0], 0u);
+  EXPECT_EQ(compile_slots_in_use(), 0u) << "every caller has its cubin: the shared one must be released";
+}
+
+TEST(Concurrency, FailedCompileReleasesItsSlot) {
+  if (!have_nvrtc()) GTEST_SKIP() << "NVRTC not loadable: skipped";
+  // sm_1 is no architecture: NVRTC rejects the option at once. Every waiter retries and fails.
+  const FusionKey f = make_fusion(Direction::forward, DType::f32, DType::f32, Layout::ncdhw, true, false, false,
+                                  false, false, Activation::identity);
+  const KernelConfig c = make_config(256, 8, 2, 1, 4, true, true);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      try {
+        compile_kernel(f, c, 1, nullptr);
+      } catch (const Error&) {
+        failures++;
+      }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 4);
+  EXPECT_EQ(compile_slots_in_use(), 0u);
 }
 
 TEST(Concurrency, MixedShapesFromManyThreads) {
@@ -93,6 +115,7 @@ TEST(Concurrency, DifferentKeysCompileConcurrently) {
   }
   EXPECT_NE(cubins[0], cubins[1]);
   EXPECT_NE(cubins[1], cubins[2]);
+  EXPECT_EQ(compile_slots_in_use(), 0u) << "no cubin kept once every caller has returned";
 }
 
 }  // namespace
