@@ -252,3 +252,35 @@ TEST(AutotuneSwitch, SetAndQuery) {
   EXPECT_FALSE(autotune_enabled());
   set_autotune(before);
 }
+
+#ifdef NORMJIT_CLI_PATH
+namespace {
+int shell(const std::string& cmd, std::string* output) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  output->clear();
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+}  // namespace
+
+TEST(AutotuneRecord, CliShowsRecordsReadably) {
+  Fixture x;
+  TempDir dir;
+  compile::DiskCache disk(dir.path());
+  ASSERT_TRUE(autotune::store_choice(&disk, x.key, x.candidates[1], {123.4, 150.0, 4}));
+  const std::string cli = std::string("NORMJIT_AUTOTUNE=1 ") + NORMJIT_CLI_PATH;
+  std::string out;
+  EXPECT_EQ(shell(cli + " cache show --dir " + dir.path(), &out), 0) << out;
+  EXPECT_NE(out.find("autotune instance_norm fwd f16 ncdhw"), std::string::npos) << out;
+  EXPECT_NE(out.find("N=2 C=32 spatial=2097152 on H200 (sm_90)"), std::string::npos) << out;
+  EXPECT_NE(out.find(std::string("-> '") + x.candidates[1].tier + "'"), std::string::npos) << out;
+  EXPECT_NE(out.find("123.40 us (default 150.00 us, 4 candidates)"), std::string::npos) << out;
+  EXPECT_EQ(shell(cli + " stats --dir " + dir.path(), &out), 0) << out;
+  EXPECT_NE(out.find("autotune choices  1 entries"), std::string::npos) << out;
+  EXPECT_NE(out.find("autotune:          on; 0 searches, 0 records loaded"), std::string::npos) << out;
+}
+#endif
