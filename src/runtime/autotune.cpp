@@ -16,6 +16,7 @@
 #include "driver/cuda_driver.h"
 #include "normjit/normjit.h"
 #include "runtime/autotune_record.h"
+#include "runtime/kernel_cache.h"
 #include "runtime/log.h"
 #include "runtime/stats.h"
 
@@ -239,24 +240,28 @@ Choice choose(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, P
     log::line(log::autotune, "autotune: record for " + what(key) + ": " + launch_text(l));
     return Choice{l, true};
   };
-  if (auto hit = load_choice(disk, key, candidates)) return loaded(*hit);
 
-  if (writes_overlap_reads(f, params)) {
-    log::line(log::autotune, "autotune: " + what(key) + " is in place (outputs overlap inputs): "
-                                 "not timed, default launch");
-    return {fallback, true};
-  }
+  // During CUDA-graph capture nothing may be timed (or synchronised, or allocated), and nothing
+  // may be compiled: a stored choice is used only when its kernel is loaded already.
   const auto& cu = driver::cuda_driver();
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (cu.cuStreamIsCapturing(static_cast<CUstream>(stream), &status) != CUDA_SUCCESS ||
-      status != CU_STREAM_CAPTURE_STATUS_NONE) {
-    log::line(log::autotune, "autotune: stream is being captured into a CUDA graph: default launch for " +
-                                 what(key) + ", tuned on the first call outside capture");
+  const bool capturing = cu.cuStreamIsCapturing(static_cast<CUstream>(stream), &status) != CUDA_SUCCESS ||
+                         status != CU_STREAM_CAPTURE_STATUS_NONE;
+  const auto hit = load_choice(disk, key, candidates);
+  if (hit && (!capturing || kernel_loaded(f, hit->config, s.device))) return loaded(*hit);
+  if (capturing) {
+    log::line(log::autotune, "autotune: stream is being captured into a CUDA graph: default launch for " + what(key) +
+                                 ", tuned on the first call outside capture");
     return {fallback, false};
+  }
+  if (writes_overlap_reads(f, params)) {
+    log::line(log::autotune,
+              "autotune: " + what(key) + " is in place (outputs overlap inputs): not timed, default launch");
+    return {fallback, true};
   }
 
   std::lock_guard<std::mutex> lock(g_search_mutex);
-  if (auto hit = load_choice(disk, key, candidates)) return loaded(*hit);  // searched while we waited
+  if (const auto again = load_choice(disk, key, candidates)) return loaded(*again);  // searched while we waited
   Timing timing;
   size_t chosen = 0;
   try {

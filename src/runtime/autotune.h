@@ -16,9 +16,11 @@
 // The real running_mean/running_var, which a training forward updates in place, are never touched
 // by the timing launches: those go to a scratch buffer, so the real state is updated exactly once,
 // by the real launch. A call whose outputs overlap its inputs (in place) would not be repeatable:
-// it is not timed (the default is used). During CUDA-graph capture nothing is timed: a stored
-// record is used if there is one, else the default (not remembered, so the first call outside
-// capture tunes). The search synchronises the stream: acceptable for an opt-in, first-call cost.
+// it is not timed (the default is used for its shape class in this process). During CUDA-graph
+// capture nothing is timed, synchronised, allocated or compiled: a stored record is used if its
+// kernel is loaded already, else the default (not remembered, so the first call outside capture
+// tunes). A search that fails (e.g. no memory for the scratch buffer) warns and keeps the default.
+// The search synchronises the stream: acceptable for an opt-in, first-call cost.
 #pragma once
 
 #include <functional>
