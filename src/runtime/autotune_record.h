@@ -5,7 +5,8 @@
 // version, a hash of the kernel templates, the NVRTC version, the GPU (DeviceProfile: name, arch,
 // SMs, L2; not the ordinal, so one record serves every GPU of a kind), the policy and split mode,
 // and every field of the FusionKey and ShapeKey. The payload is the chosen launch as text lines
-// (config fields, chunks, chunk_vectors, grid, cooperative) plus the measured times, for people.
+// (every KernelConfig field, chunks, chunk_vectors, grid, cooperative) plus the measured times,
+// for people.
 //
 // A loaded record is trusted only as a pointer into the current candidate list: decode_choice
 // returns the candidate it names, or nothing. A stale record (heuristics changed), a foreign or
