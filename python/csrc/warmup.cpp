@@ -115,7 +115,8 @@ void call_kernels(const Call& c, int device, const normjit::DeviceProfile& profi
     if (normjit::autotune_enabled()) {
       // The first call will time every candidate: compile them all now (duplicates are dropped
       // downstream; alternatives often share the default's kernel and differ in chunks only).
-      for (const normjit::Launch& l : normjit::candidate_launches(k.fusion, k.shape, profile, normjit::policy_from_env()))
+      const normjit::Policy policy = normjit::policy_from_env();
+      for (const normjit::Launch& l : normjit::candidate_launches(k.fusion, k.shape, profile, policy))
         out.emplace_back(k.fusion, l.config);
       return;
     }

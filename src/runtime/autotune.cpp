@@ -178,7 +178,8 @@ size_t search(const FusionKey& f, const std::vector<Launch>& candidates, const N
     std::ostringstream o;
     o << "autotune: timed " << timing->candidates << " candidates (batches of " << batch << "):";
     for (size_t i = 0; i < n; ++i)
-      if (usable[i]) o << "\n[normjit]   " << (i == chosen ? "* " : "  ") << best[i] << " us  " << launch_text(candidates[i]);
+      if (usable[i])
+        o << "\n[normjit]   " << (i == chosen ? "* " : "  ") << best[i] << " us  " << launch_text(candidates[i]);
     log::line(log::autotune, o.str());
   }
   return chosen;
@@ -209,7 +210,8 @@ bool writes_overlap_reads(const FusionKey& f, const NjParams& p) {
   if (f.affine) reads.push_back(range_of(p.weight, params)), reads.push_back(range_of(p.bias, params));
   writes.push_back(range_of(p.y, tensor));  // y, or dx in the backward
   if (f.direction == Direction::forward) {
-    if (f.save) writes.push_back(range_of(p.save_mean, per_instance)), writes.push_back(range_of(p.save_rstd, per_instance));
+    if (f.save)
+      writes.push_back(range_of(p.save_mean, per_instance)), writes.push_back(range_of(p.save_rstd, per_instance));
     if (!f.train)
       reads.push_back(range_of(p.running_mean, per_channel)), reads.push_back(range_of(p.running_var, per_channel));
   } else {

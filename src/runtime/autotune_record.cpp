@@ -96,14 +96,14 @@ bool is_record_key(const std::string& key) { return key.rfind(kKeyPrefix, 0) == 
 std::vector<char> encode_choice(const Launch& l, const Timing& t) {
   const KernelConfig& c = l.config;
   char buf[512];
-  const int n = std::snprintf(buf, sizeof buf,
-                              "threads %d\ngroup %d\nitems %d\nvec %d\nmin_blocks %d\ncached %d\nindex64 %d\n"
-                              "stages %d\nchunks %d\nchunk_vectors %lld\ngrid %lld\ncooperative %d\n"
-                              "tier %s\nchosen_us %.2f\ndefault_us %.2f\ncandidates %d\n",
-                              c.threads, c.group, c.items, c.vec, c.min_blocks, int(c.cached), int(c.index64),
-                              int(c.stages), l.chunks,
-                              static_cast<long long>(l.chunk_vectors), static_cast<long long>(l.grid),
-                              int(l.cooperative), l.tier, t.chosen_us, t.default_us, t.candidates);
+  const int n =
+      std::snprintf(buf, sizeof buf,
+                    "threads %d\ngroup %d\nitems %d\nvec %d\nmin_blocks %d\ncached %d\nindex64 %d\n"
+                    "stages %d\nchunks %d\nchunk_vectors %lld\ngrid %lld\ncooperative %d\n"
+                    "tier %s\nchosen_us %.2f\ndefault_us %.2f\ncandidates %d\n",
+                    c.threads, c.group, c.items, c.vec, c.min_blocks, int(c.cached), int(c.index64), int(c.stages),
+                    l.chunks, static_cast<long long>(l.chunk_vectors), static_cast<long long>(l.grid),
+                    int(l.cooperative), l.tier, t.chosen_us, t.default_us, t.candidates);
   return std::vector<char>(buf, buf + std::min<size_t>(size_t(std::max(n, 0)), sizeof buf - 1));
 }
 
@@ -115,9 +115,8 @@ std::optional<Launch> decode_choice(const std::vector<char>& payload, const std:
       !parse_int(m, "items", 1, 255, &items) || !parse_int(m, "vec", 1, 255, &vec) ||
       !parse_int(m, "min_blocks", 1, 255, &min_blocks) || !parse_int(m, "cached", 0, 1, &cached) ||
       !parse_int(m, "index64", 0, 1, &index64) || !parse_int(m, "stages", 0, 255, &stages) ||
-      !parse_int(m, "chunks", 1, kInt, &chunks) ||
-      !parse_int(m, "chunk_vectors", 1, kInt, &chunk_vectors) || !parse_int(m, "grid", 1, kInt, &grid) ||
-      !parse_int(m, "cooperative", 0, 1, &cooperative))
+      !parse_int(m, "chunks", 1, kInt, &chunks) || !parse_int(m, "chunk_vectors", 1, kInt, &chunk_vectors) ||
+      !parse_int(m, "grid", 1, kInt, &grid) || !parse_int(m, "cooperative", 0, 1, &cooperative))
     return std::nullopt;
   Launch want;
   want.config = make_config(int(threads), int(group), int(items), int(vec), int(min_blocks), cached != 0, index64 != 0,
@@ -146,7 +145,8 @@ std::string describe_payload(const std::vector<char>& payload) {
   return o.str();
 }
 
-std::optional<Launch> load_choice(compile::DiskCache* disk, const std::string& key, const std::vector<Launch>& candidates) {
+std::optional<Launch> load_choice(compile::DiskCache* disk, const std::string& key,
+                                  const std::vector<Launch>& candidates) {
   if (!disk || !disk->enabled()) return std::nullopt;
   const auto payload = disk->load(key);
   if (!payload) return std::nullopt;

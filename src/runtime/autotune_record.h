@@ -45,7 +45,8 @@ std::optional<Launch> decode_choice(const std::vector<char>& payload, const std:
 std::string describe_payload(const std::vector<char>& payload);
 
 // Through a disk cache; a null or disabled cache stores nothing and finds nothing.
-std::optional<Launch> load_choice(compile::DiskCache* disk, const std::string& key, const std::vector<Launch>& candidates);
+std::optional<Launch> load_choice(compile::DiskCache* disk, const std::string& key,
+                                  const std::vector<Launch>& candidates);
 bool store_choice(compile::DiskCache* disk, const std::string& key, const Launch& chosen, const Timing& t);
 
 }  // namespace normjit::autotune

@@ -181,7 +181,8 @@ Plan make_plan(const Launch& l, const LoadedKernel& k, const DeviceState& dev) {
   p.cooperative = l.cooperative;
   p.chunks = l.chunks;
   if (l.chunk_vectors > 0x7fffffff)
-    throw Error("normjit: internal: " + std::to_string(l.chunk_vectors) + " vectors per chunk overflow the kernel's int");
+    throw Error("normjit: internal: " + std::to_string(l.chunk_vectors) +
+                " vectors per chunk overflow the kernel's int");
   p.chunk_vectors = int(l.chunk_vectors);
   p.counters = l.counters, p.partials = l.partials, p.scratch = l.scratch;
   if (l.grid <= 0 || l.grid > 0x7fffffff) throw Error("normjit: internal: grid of " + std::to_string(l.grid) + " CTAs");

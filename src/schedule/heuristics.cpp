@@ -194,7 +194,8 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
     const int64_t k_cached = ceil_div(nvec, tile);
     if (!exchange) {
       // Eval is elementwise: split for parallelism, each chunk a whole number of tiles.
-      const int64_t chunks = std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / std::max<int64_t>(1, instances)));
+      const int64_t chunks =
+          std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / std::max<int64_t>(1, instances)));
       l = ncdhw_split(f, s, dev, /*cached=*/false, chunks, "split (elementwise)");
     } else if (k_cached <= resident && split_mode() == SplitMode::registers) {
       // Every chunk stays in registers: x is read once. All CTAs of an instance must be co-resident.
@@ -318,7 +319,8 @@ Launch with_workspace(const FusionKey& f, const ShapeKey& s, Launch l) {
 }  // namespace
 
 Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
-  return with_workspace(f, s, f.layout == Layout::ncdhw ? choose_ncdhw(f, s, dev, policy) : choose_nhwc(f, s, dev, policy));
+  const Launch l = f.layout == Layout::ncdhw ? choose_ncdhw(f, s, dev, policy) : choose_nhwc(f, s, dev, policy);
+  return with_workspace(f, s, l);
 }
 
 // ------------------------------------------------------------------ autotune candidates
@@ -433,8 +435,10 @@ void nhwc_candidates(CandidateList& c, Policy policy) {
         c.add(nhwc_split(f, s, dev, true, k, "channels-last split, cached in registers"));
     if (!fits_a_tier) {
       for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
-        c.add(nhwc_split(f, s, dev, false, nhwc_streamed_chunks(f, s, dev, budget), "channels-last split, streamed twice"));
-      if (insts >= resident) c.add(nhwc_split(f, s, dev, false, 1, "channels-last split, streamed twice (CTA per tile)"));
+        c.add(nhwc_split(f, s, dev, false, nhwc_streamed_chunks(f, s, dev, budget),
+                         "channels-last split, streamed twice"));
+      if (insts >= resident)
+        c.add(nhwc_split(f, s, dev, false, 1, "channels-last split, streamed twice (CTA per tile)"));
     }
   } else if (s.spatial >= 2 * int64_t(rows)) {
     // Eval: as in ncdhw_candidates.

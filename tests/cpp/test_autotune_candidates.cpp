@@ -40,7 +40,8 @@ FusionKey fusion(Direction d, DType dt, Layout layout, bool train = true, bool r
 // Checks one candidate; returns "" or what is wrong.
 std::string problem(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Launch& l,
                     const std::vector<KernelConfig>& enumerated) {
-  if (std::none_of(enumerated.begin(), enumerated.end(), [&](const KernelConfig& c) { return bytes_equal(c, l.config); }))
+  if (std::none_of(enumerated.begin(), enumerated.end(),
+                   [&](const KernelConfig& c) { return bytes_equal(c, l.config); }))
     return "config not enumerated: " + describe(l.config);
   if (l.grid < 1 || l.grid > 0x7fffffff) return "grid " + std::to_string(l.grid);
   if (l.chunks < 1) return "chunks " + std::to_string(l.chunks);
@@ -74,8 +75,8 @@ void check_all(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, 
   EXPECT_TRUE(same_launch(c[0], choose_launch(f, s, dev, p))) << "the default comes first";
   const std::vector<KernelConfig> all = enumerate_configs(f, p, dev);
   for (size_t i = 0; i < c.size(); ++i) {
-    EXPECT_EQ(problem(f, s, dev, c[i], all), "") << describe(f) << " on " << dev.name << ", candidate " << i << " "
-                                                 << text(s, c[i]);
+    EXPECT_EQ(problem(f, s, dev, c[i], all), "")
+        << describe(f) << " on " << dev.name << ", candidate " << i << " " << text(s, c[i]);
     for (size_t j = 0; j < i; ++j) EXPECT_FALSE(same_launch(c[i], c[j])) << "duplicate " << text(s, c[i]);
   }
 }
@@ -89,21 +90,19 @@ TEST(AutotuneCandidates, RepresentativeShapesGiveValidAlternatives) {
     size_t ncdhw_at_least;  // candidates expected for NCDHW (the default plus alternatives)
   };
   const Row rows[] = {
-      {2, 32, 128 * 128 * 128, 3},  // nnU-Net stage 0: split, several chunk counts
-      {2, 64, 64 * 64 * 64, 3},
-      {2, 128, 32 * 32 * 32, 2},    // large tier, or a register-held split
-      {2, 320, 4 * 4 * 4, 3},       // many tiny instances: larger tiers
-      {1, 2, 32 * 32 * 32, 3},      // few medium instances: splits fill the SMs
-      {2, 32, 80 * 192 * 160, 3},
-      {2, 32, 16 * 16 * 16, 3},
+      {2, 32, 128 * 128 * 128, 3},                             // nnU-Net stage 0: split, several chunk counts
+      {2, 64, 64 * 64 * 64, 3},    {2, 128, 32 * 32 * 32, 2},  // large tier, or a register-held split
+      {2, 320, 4 * 4 * 4, 3},                                  // many tiny instances: larger tiers
+      {1, 2, 32 * 32 * 32, 3},                                 // few medium instances: splits fill the SMs
+      {2, 32, 80 * 192 * 160, 3},  {2, 32, 16 * 16 * 16, 3},
   };
   for (Layout layout : {Layout::ncdhw, Layout::ndhwc})
     for (Direction d : {Direction::forward, Direction::backward})
       for (const Row& r : rows) {
         const ShapeKey s = shape(layout, r.N, r.C, r.spatial);
         const FusionKey f = fusion(d, DType::f16, layout);
-        SCOPED_TRACE(describe(f) + " N=" + std::to_string(r.N) + " C=" + std::to_string(r.C) + " S=" +
-                     std::to_string(r.spatial));
+        SCOPED_TRACE(describe(f) + " N=" + std::to_string(r.N) + " C=" + std::to_string(r.C) +
+                     " S=" + std::to_string(r.spatial));
         check_all(f, s, h200);
         if (layout == Layout::ncdhw)
           EXPECT_GE(candidate_launches(f, s, h200, Policy::bounded).size(), r.ncdhw_at_least);

@@ -148,14 +148,13 @@ TEST(AutotuneRecord, DamagedPayloadsAreIgnored) {
       "",
       "garbage",
       std::string(300, '\0'),
-      good.substr(0, good.size() / 2),                                 // truncated: fields missing
-      good.substr(0, good.find("grid")),                               // no grid
-      "threads 512x\n" + good.substr(good.find('\n') + 1),            // not a number
-      "threads -512\n" + good.substr(good.find('\n') + 1),            // out of range
+      good.substr(0, good.size() / 2),                                      // truncated: fields missing
+      good.substr(0, good.find("grid")),                                    // no grid
+      "threads 512x\n" + good.substr(good.find('\n') + 1),                  // not a number
+      "threads -512\n" + good.substr(good.find('\n') + 1),                  // out of range
       "threads 99999999999999999999\n" + good.substr(good.find('\n') + 1),  // overflows
   };
-  for (const std::string& b : bad)
-    EXPECT_FALSE(autotune::decode_choice(bytes(b), x.candidates)) << "payload: " << b;
+  for (const std::string& b : bad) EXPECT_FALSE(autotune::decode_choice(bytes(b), x.candidates)) << "payload: " << b;
 
   // A damaged file under the key: the disk cache's checksum rejects (and deletes) it.
   TempDir dir;
