@@ -8,6 +8,7 @@
 #include "compile/compiler.h"
 #include "compile/disk_cache.h"
 #include "commands.h"
+#include "runtime/autotune_record.h"
 
 namespace {
 
@@ -27,7 +28,8 @@ std::string key_field(const std::string& key, const std::string& field) {
   return normjit::compile::disk_key_field(key, field);
 }
 
-// "<kernel> (sm_90)" for compiled kernels; other records (autotune choices) show their first line.
+// "<kernel> (sm_90)" for compiled kernels; other records show their first line (for autotune
+// choices: "autotune <fusion> N=.. C=.. spatial=.. on <GPU> (sm_XX)").
 std::string describe_key(const std::string& key) {
   const std::string name = key_field(key, "name");
   if (name.empty()) return key.substr(0, key.find('\n'));
@@ -46,6 +48,10 @@ int show(DiskCache& cache) {
     const std::string state = e.valid ? "valid" : "INVALID (" + e.problem + ")";
     std::printf("  %s  %10llu  %s  %s\n", e.file.c_str(), static_cast<unsigned long long>(e.bytes), state.c_str(),
                 e.valid ? describe_key(e.key).c_str() : "");
+    // An autotune record also says what was chosen, and what it measured.
+    if (e.valid && normjit::autotune::is_record_key(e.key))
+      if (const auto payload = cache.load(e.key))
+        std::printf("  %32s  %10s  -> %s\n", "", "", normjit::autotune::describe_payload(*payload).c_str());
   }
   return 0;
 }

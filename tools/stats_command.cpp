@@ -13,6 +13,7 @@
 #include "compile/disk_cache.h"
 #include "driver/nvrtc.h"
 #include "normjit/normjit.h"
+#include "runtime/autotune_record.h"
 #include "schedule/heuristics.h"
 
 namespace {
@@ -26,8 +27,9 @@ std::string key_field(const std::string& key, const std::string& field) {
 void print_usage(FILE* out) {
   std::fprintf(out,
                "usage: normjit stats [--dir PATH]\n"
-               "Prints this process's cache counters (L1 plans, L2 kernels, L3 disk, NVRTC compiles) and a\n"
-               "summary of the disk cache (--dir: another directory than the one normjit would use).\n");
+               "Prints this process's cache counters (L1 plans, L2 kernels, L3 disk, NVRTC compiles, autotune)\n"
+               "and a summary of the disk cache: kernels per GPU architecture and autotune choices (--dir:\n"
+               "another directory than the one normjit would use).\n");
 }
 
 }  // namespace
@@ -69,6 +71,9 @@ int run_stats_command(int argc, char** argv) {
               (unsigned long long)s.disk_hits, (unsigned long long)s.disk_misses, (unsigned long long)s.disk_writes,
               (unsigned long long)s.disk_errors);
   std::printf("  NVRTC compiles:    %llu (%.0f ms)\n", (unsigned long long)s.compiles, s.compile_ms_total);
+  std::printf("  autotune:          %s; %llu searches, %llu records loaded\n",
+              normjit::autotune_enabled() ? "on" : "off (NORMJIT_AUTOTUNE=1 turns it on)",
+              (unsigned long long)s.autotune_searches, (unsigned long long)s.autotune_records_loaded);
   for (const auto& [name, ms] : s.compile_ms) std::printf("    %8.1f ms  %s\n", ms, name.c_str());
 
   std::printf("\ndisk cache: ");
@@ -88,12 +93,16 @@ int run_stats_command(int argc, char** argv) {
       ++invalid;
       continue;
     }
+    if (normjit::autotune::is_record_key(e.key)) {
+      ++per_arch["autotune choices"];
+      continue;
+    }
     const std::string arch = key_field(e.key, "arch");
     ++per_arch[arch.empty() ? std::string("other records") : arch];
   }
   std::printf("  entries: %zu (%.1f MiB)", entries.size(), double(bytes) / (1024.0 * 1024.0));
   if (invalid) std::printf(", %zu damaged (`normjit cache verify` deletes them)", invalid);
   std::printf("\n");
-  for (const auto& [arch, n] : per_arch) std::printf("  %-14s %zu entries\n", arch.c_str(), n);
+  for (const auto& [arch, n] : per_arch) std::printf("  %-17s %zu entries\n", arch.c_str(), n);
   return 0;
 }

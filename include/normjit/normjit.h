@@ -102,6 +102,8 @@ struct CacheStats {
   uint64_t kernel_hits = 0, kernel_misses = 0;   // L2: loaded kernels
   uint64_t disk_hits = 0, disk_misses = 0, disk_writes = 0, disk_errors = 0;  // L3
   uint64_t compiles = 0;
+  uint64_t autotune_searches = 0;        // autotune: candidates timed on the GPU
+  uint64_t autotune_records_loaded = 0;  // autotune: a stored choice used instead of a search
   double compile_ms_total = 0;
   std::vector<std::pair<std::string, double>> compile_ms;  // kernel name -> NVRTC milliseconds
 };
@@ -109,6 +111,15 @@ CacheStats cache_stats();
 void reset_cache_stats();
 // Drops L1 and L2 (loaded modules stay until process exit); the disk cache is untouched.
 void clear_memory_caches();
+
+// Autotune, opt-in like cudnn.benchmark (off by default; NORMJIT_AUTOTUNE=1 turns it on at start).
+// With it on, the first call of each (fusion, shape) class times a few valid launch configurations
+// of its kernel on the GPU, on the call's own stream and buffers, keeps the fastest and stores the
+// choice in the disk cache, so that the next process skips the search. That first call
+// synchronises its stream; the real outputs and running statistics are written exactly once.
+// Changing the setting drops the in-memory launch plans, so every shape is planned again under it.
+void set_autotune(bool enabled);
+bool autotune_enabled();
 
 std::string version();
 

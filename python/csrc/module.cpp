@@ -1,4 +1,5 @@
-// The Python module normjit._C: availability and cache statistics of the core library.
+// The Python module normjit._C: availability, cache statistics and the autotune switch of the core
+// library.
 // Importing it registers the normjit::instance_norm_fwd/bwd operators (ops.cpp, autograd.cpp).
 // Import torch before this module (normjit/_ops.py does): it resolves against torch's libraries.
 #include <pybind11/pybind11.h>
@@ -51,6 +52,8 @@ PYBIND11_MODULE(_C, m) {
         d["disk_writes"] = s.disk_writes;
         d["disk_errors"] = s.disk_errors;
         d["compiles"] = s.compiles;
+        d["autotune_searches"] = s.autotune_searches;
+        d["autotune_records_loaded"] = s.autotune_records_loaded;
         d["compile_ms_total"] = s.compile_ms_total;
         d["compile_ms"] = s.compile_ms;  // list of (kernel name, NVRTC milliseconds)
         d["layout_copies"] =
@@ -82,4 +85,10 @@ PYBIND11_MODULE(_C, m) {
   // Lead: explain / warmup / autotune bindings go here.
   // ---------------------------------------------------------------------------------------------
   normjit_torch::register_warmup(m);
+
+  m.def("set_autotune", &normjit::set_autotune, py::arg("enabled"),
+        "Turn autotune on or off (normjit.autotune() documents it). Drops the in-memory launch plans "
+        "when the setting changes.");
+  m.def("autotune_enabled", &normjit::autotune_enabled,
+        "Whether autotune is on (initially from NORMJIT_AUTOTUNE).");
 }

@@ -112,6 +112,14 @@ void call_kernels(const Call& c, int device, const normjit::DeviceProfile& profi
   };
   auto add = [&](const normjit::CallKeys& k) {
     if (k.empty) return;  // zero-size: nothing is compiled or launched
+    if (normjit::autotune_enabled()) {
+      // The first call will time every candidate: compile them all now (duplicates are dropped
+      // downstream; alternatives often share the default's kernel and differ in chunks only).
+      const normjit::Policy policy = normjit::policy_from_env();
+      for (const normjit::Launch& l : normjit::candidate_launches(k.fusion, k.shape, profile, policy))
+        out.emplace_back(k.fusion, l.config);
+      return;
+    }
     const normjit::Launch l = normjit::choose_launch(k.fusion, k.shape, profile, normjit::policy_from_env());
     out.emplace_back(k.fusion, l.config);
   };

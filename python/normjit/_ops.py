@@ -75,7 +75,8 @@ def cache_info() -> dict:
 
     Keys: available, reason, plan_hits, plan_misses, kernel_hits, kernel_misses, disk_hits,
     disk_misses, disk_writes, disk_errors, compiles, compile_ms_total, compile_ms (list of
-    (kernel name, ms)), layout_copies. Without the compiled binding only available/reason.
+    (kernel name, ms)), autotune_searches, autotune_records_loaded, layout_copies. Without the
+    compiled binding only available/reason.
     """
     ok, reason = _probe()
     info = {"available": ok, "reason": reason}
@@ -92,6 +93,15 @@ def reset_cache_stats() -> None:
 def clear_memory_caches() -> None:
     if _C is not None:
         _C.clear_memory_caches()
+
+
+def set_autotune(enabled: bool) -> None:
+    if _C is not None:  # without the binding nothing runs on the GPU: nothing to tune
+        _C.set_autotune(bool(enabled))
+
+
+def autotune_enabled() -> bool:
+    return bool(_C.autotune_enabled()) if _C is not None else False
 
 
 def core_version():

@@ -1,8 +1,9 @@
-// The small public entry points besides the kernels: availability, counters, version.
+// The small public entry points besides the kernels: availability, counters, autotune switch, version.
 #include "compile/disk_cache.h"
 #include "driver/cuda_driver.h"
 #include "driver/nvrtc.h"
 #include "normjit/normjit.h"
+#include "runtime/autotune.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/stats.h"
 
@@ -78,6 +79,13 @@ void clear_memory_caches() {
   clear_plan_cache();
   clear_kernel_cache();
 }
+
+void set_autotune(bool enabled) {
+  if (autotune::enabled() == enabled) return;
+  autotune::set_enabled(enabled);
+  clear_plan_cache();  // plans made under the other setting would otherwise stay in use
+}
+bool autotune_enabled() { return autotune::enabled(); }
 
 std::string version() { return NORMJIT_VERSION; }
 

@@ -2,8 +2,9 @@
 //
 //   validate arguments -> FusionKey + ShapeKey (fixed-size structs)
 //   -> L1 plan cache hit: fill the argument block, launch                      (the hot path)
-//   -> L1 miss: heuristics (schedule/) -> L2 kernel cache (kernel_cache.cpp) -> L3 disk cache or
-//      NVRTC (compile/) -> build and remember the plan -> launch
+//   -> L1 miss: heuristics (schedule/), or with autotune on the autotuner (autotune.cpp: a stored
+//      choice, else the candidates timed on this call's stream) -> L2 kernel cache
+//      (kernel_cache.cpp) -> L3 disk cache or NVRTC (compile/) -> build and remember the plan -> launch
 //
 // Nothing is launched before every argument has been checked; errors say what was wrong and what
 // was expected.
@@ -19,6 +20,7 @@
 #include "driver/cuda_driver.h"
 #include "kernels/params.h"
 #include "normjit/normjit.h"
+#include "runtime/autotune.h"
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/call_keys.h"
@@ -169,20 +171,8 @@ struct Plan {
 std::shared_mutex g_plans_mutex;
 std::unordered_map<PlanKey, Plan, BytesHash<PlanKey>, BytesEqual<PlanKey>> g_plans;
 
-Plan build_plan(const FusionKey& f, const ShapeKey& s, void* stream) {
-  const DeviceState& dev = device_state(s.device);
-  const Launch l = choose_launch(f, s, dev.profile, policy_from_env());
-  if (!kernel_loaded(f, l.config, s.device)) {
-    const auto& cu = driver::cuda_driver();
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    make_current(dev);
-    driver::check_cuda(cu.cuStreamIsCapturing(static_cast<CUstream>(stream), &status), "cuStreamIsCapturing");
-    if (status != CU_STREAM_CAPTURE_STATUS_NONE)
-      throw Error("normjit: kernel " + kernel_name(f, l.config) +
-                  " is not compiled yet and the stream is being captured into a CUDA graph; run the same call once "
-                  "before capturing (or use `normjit warmup`)");
-  }
-  const LoadedKernel& k = get_kernel(f, l.config, s.device);
+// The plan for launch `l` of kernel `k`. Throws when the launch cannot run on this device.
+Plan make_plan(const Launch& l, const LoadedKernel& k, const DeviceState& dev) {
   Plan p;
   p.function = k.function;
   p.context = dev.context;
@@ -190,6 +180,9 @@ Plan build_plan(const FusionKey& f, const ShapeKey& s, void* stream) {
   p.smem = unsigned(k.dynamic_smem);
   p.cooperative = l.cooperative;
   p.chunks = l.chunks;
+  if (l.chunk_vectors > 0x7fffffff)
+    throw Error("normjit: internal: " + std::to_string(l.chunk_vectors) +
+                " vectors per chunk overflow the kernel's int");
   p.chunk_vectors = int(l.chunk_vectors);
   p.counters = l.counters, p.partials = l.partials, p.scratch = l.scratch;
   if (l.grid <= 0 || l.grid > 0x7fffffff) throw Error("normjit: internal: grid of " + std::to_string(l.grid) + " CTAs");
@@ -198,46 +191,18 @@ Plan build_plan(const FusionKey& f, const ShapeKey& s, void* stream) {
     throw Error("normjit: internal: kernel " + k.name + " needs " + std::to_string(l.grid) +
                 " co-resident CTAs but the device holds " + std::to_string(k.max_blocks_per_sm * dev.profile.sms) +
                 " (" + std::to_string(k.registers) + " registers per thread); please report this shape");
-  if (log::enabled(log::plan)) {
-    std::ostringstream o;
-    o << "plan " << k.name << " N=" << s.N << " C=" << s.C << " spatial=" << s.spatial << ": tier '" << l.tier
-      << "', grid " << l.grid << " x " << l.config.threads << ", chunks " << l.chunks
-      << (l.cooperative ? " (cooperative)" : "") << ", " << k.registers << " registers";
-    log::line(log::plan, o.str());
-  }
   return p;
 }
 
-// L1 lookup; on a miss, heuristics + L2/L3 build the plan, which is remembered.
-Plan resolve_plan(const FusionKey& f, const ShapeKey& s, void* stream) {
-  PlanKey key;
-  std::memset(static_cast<void*>(&key), 0, sizeof(key));
-  key.fusion = f;
-  key.shape = s;
-  {
-    std::shared_lock<std::shared_mutex> lock(g_plans_mutex);
-    auto it = g_plans.find(key);
-    if (it != g_plans.end()) {
-      stats::counters().plan_hits.fetch_add(1, std::memory_order_relaxed);
-      return it->second;
-    }
-  }
-  stats::counters().plan_misses++;
-  Plan plan = build_plan(f, s, stream);
-  std::unique_lock<std::shared_mutex> lock(g_plans_mutex);
-  g_plans.emplace(key, plan);
-  return plan;
-}
-
-void run(const FusionKey& f, const ShapeKey& s, NjParams& params, void* stream) {
-  const Plan plan = resolve_plan(f, s, stream);
+// Enqueues the plan's kernel on `stream`; fills in the decomposition and workspace of `params`.
+void launch_plan(const Plan& plan, int device, NjParams& params, void* stream) {
   const auto& cu = driver::cuda_driver();
   CUcontext current = nullptr;
   cu.cuCtxGetCurrent(&current);
   if (current != plan.context) driver::check_cuda(cu.cuCtxSetCurrent(plan.context), "cuCtxSetCurrent");
 
   if (plan.counters || plan.partials || plan.scratch) {
-    const Workspace w = get_workspace(s.device, stream, plan.counters, plan.partials, plan.scratch);
+    const Workspace w = get_workspace(device, stream, plan.counters, plan.partials, plan.scratch);
     params.counters = w.counters;
     params.partials = w.partials;
     params.scratch = w.scratch;
@@ -267,6 +232,77 @@ void run(const FusionKey& f, const ShapeKey& s, NjParams& params, void* stream) 
   driver::check_cuda(r, "cuLaunchKernel (normjit instance_norm)");
 }
 
+// The launch of an L1 miss: the heuristics' choice, or with autotune on (and the call's params at
+// hand) the autotuner's. `remember` is cleared when the plan must not enter the L1 cache.
+Launch plan_launch(const FusionKey& f, const ShapeKey& s, const DeviceState& dev, void* stream, const NjParams* params,
+                   bool* remember) {
+  const Policy policy = policy_from_env();
+  if (!params || !autotune::enabled()) return choose_launch(f, s, dev.profile, policy);
+  make_current(dev);
+  // Each candidate goes through the same plan and launch code as a real call.
+  auto launch_candidate = [&](const Launch& l, NjParams& p) {
+    launch_plan(make_plan(l, get_kernel(f, l.config, s.device), dev), s.device, p, stream);
+  };
+  const autotune::Choice c = autotune::choose(f, s, dev.profile, policy, *params, stream, launch_candidate);
+  *remember = c.remember;
+  return c.launch;
+}
+
+Plan build_plan(const FusionKey& f, const ShapeKey& s, void* stream, const NjParams* params, bool* remember) {
+  const DeviceState& dev = device_state(s.device);
+  const Launch l = plan_launch(f, s, dev, stream, params, remember);
+  if (!kernel_loaded(f, l.config, s.device)) {
+    const auto& cu = driver::cuda_driver();
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    make_current(dev);
+    driver::check_cuda(cu.cuStreamIsCapturing(static_cast<CUstream>(stream), &status), "cuStreamIsCapturing");
+    if (status != CU_STREAM_CAPTURE_STATUS_NONE)
+      throw Error("normjit: kernel " + kernel_name(f, l.config) +
+                  " is not compiled yet and the stream is being captured into a CUDA graph; run the same call once "
+                  "before capturing (or use `normjit warmup`)");
+  }
+  const LoadedKernel& k = get_kernel(f, l.config, s.device);
+  const Plan p = make_plan(l, k, dev);
+  if (log::enabled(log::plan)) {
+    std::ostringstream o;
+    o << "plan " << k.name << " N=" << s.N << " C=" << s.C << " spatial=" << s.spatial << ": tier '" << l.tier
+      << "', grid " << l.grid << " x " << l.config.threads << ", chunks " << l.chunks
+      << (l.cooperative ? " (cooperative)" : "") << ", " << k.registers << " registers";
+    log::line(log::plan, o.str());
+  }
+  return p;
+}
+
+// L1 lookup; on a miss, heuristics (or autotune, which needs the call's params) + L2/L3 build the
+// plan, which is remembered.
+Plan resolve_plan(const FusionKey& f, const ShapeKey& s, void* stream, const NjParams* params) {
+  PlanKey key;
+  std::memset(static_cast<void*>(&key), 0, sizeof(key));
+  key.fusion = f;
+  key.shape = s;
+  {
+    std::shared_lock<std::shared_mutex> lock(g_plans_mutex);
+    auto it = g_plans.find(key);
+    if (it != g_plans.end()) {
+      stats::counters().plan_hits.fetch_add(1, std::memory_order_relaxed);
+      return it->second;
+    }
+  }
+  stats::counters().plan_misses++;
+  bool remember = true;
+  Plan plan = build_plan(f, s, stream, params, &remember);
+  if (remember) {
+    std::unique_lock<std::shared_mutex> lock(g_plans_mutex);
+    g_plans.emplace(key, plan);
+  }
+  return plan;
+}
+
+void run(const FusionKey& f, const ShapeKey& s, NjParams& params, void* stream) {
+  const Plan plan = resolve_plan(f, s, stream, &params);
+  launch_plan(plan, s.device, params, stream);
+}
+
 }  // namespace
 
 // For the host-overhead benchmark on machines without a GPU: plants a plan so that the L1 hit
@@ -285,7 +321,7 @@ void plant_plan_for_benchmark(const FusionKey& f, const ShapeKey& s) {
 // The launch-free part of a forward call: validation, keys, L1 lookup, argument block.
 void forward_host_path_for_benchmark(const ForwardArgs& a, void* params_out) {
   const CallKeys k = forward_keys(a);
-  const Plan plan = resolve_plan(k.fusion, k.shape, a.stream);
+  const Plan plan = resolve_plan(k.fusion, k.shape, a.stream, nullptr);
   NjParams& p = *static_cast<NjParams*>(params_out);
   p.x = a.x.data;
   p.y = a.y.data;

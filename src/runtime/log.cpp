@@ -18,6 +18,7 @@ unsigned parse(const char* v) {
     else if (item == "recompile") mask |= recompile;
     else if (item == "plan") mask |= plan;
     else if (item == "disk") mask |= disk;
+    else if (item == "autotune") mask |= autotune;
     else if (item == "all") mask |= ~0u;
   }
   return mask;

@@ -1,4 +1,4 @@
-// NORMJIT_LOG=compile,recompile,plan (comma-separated; "all" for everything) prints one line per
+// NORMJIT_LOG=compile,recompile,plan,disk,autotune (comma-separated; "all" for everything) prints one line per
 // event on stderr, prefixed "[normjit]". Parsed once.
 #pragma once
 
@@ -6,7 +6,7 @@
 
 namespace normjit::log {
 
-enum Topic : unsigned { compile = 1, recompile = 2, plan = 4, disk = 8 };
+enum Topic : unsigned { compile = 1, recompile = 2, plan = 4, disk = 8, autotune = 16 };
 bool enabled(Topic t);
 void line(Topic t, const std::string& text);
 // Warnings are always printed.

@@ -31,6 +31,8 @@ CacheStats snapshot() {
   s.disk_hits = c.disk_hits;
   s.disk_misses = c.disk_misses;
   s.compiles = c.compiles;
+  s.autotune_searches = c.autotune_searches;
+  s.autotune_records_loaded = c.autotune_records_loaded;
   const compile::DiskCache& disk = compile::DiskCache::global();
   s.disk_writes = disk.writes();
   s.disk_errors = disk.errors();
@@ -44,6 +46,7 @@ void reset() {
   Counters& c = counters();
   c.plan_hits = c.plan_misses = c.kernel_hits = c.kernel_misses = 0;
   c.disk_hits = c.disk_misses = c.compiles = 0;
+  c.autotune_searches = c.autotune_records_loaded = 0;
   std::lock_guard<std::mutex> lock(g_mutex);
   g_compile_ms.clear();
   g_compile_total = 0;

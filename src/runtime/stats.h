@@ -16,6 +16,7 @@ struct Counters {
   std::atomic<uint64_t> kernel_hits{0}, kernel_misses{0};
   std::atomic<uint64_t> disk_hits{0}, disk_misses{0};
   std::atomic<uint64_t> compiles{0};
+  std::atomic<uint64_t> autotune_searches{0}, autotune_records_loaded{0};
 };
 Counters& counters();
 

@@ -110,26 +110,78 @@ bool needs_index64(const ShapeKey& s) {
 
 namespace {
 
+// ------------------------------------------------------------------ launch builders
+// Shared by choose_launch (the default) and candidate_launches (autotune), so that every candidate
+// is built by the same code as a default launch of that kind.
+
+int tier_items(const Tier& t, Policy policy, int64_t nvec) {
+  return policy == Policy::bounded ? t.items : items_for(policy, nvec, t.group);
+}
+
+// Tier `t` with one group per instance, the instance held in registers; threads == 0 when the
+// tier's register tile cannot hold the instance.
+Launch ncdhw_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy, const Tier& t) {
+  Launch l;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int items = tier_items(t, policy, nvec);
+  if (int64_t(t.group) * items < nvec) return l;
+  const int mb = min_blocks_for(t.threads, f.direction, dev);
+  l.config = make_config(t.threads, t.group, items, vec, mb, /*cached=*/true, needs_index64(s));
+  l.chunks = 1;
+  l.chunk_vectors = nvec;
+  const int per_cta = t.threads / t.group;
+  l.grid = std::min<int64_t>(ceil_div(s.N * s.C, per_cta), int64_t(dev.sms) * mb * 64);
+  l.tier = t.name;
+  return l;
+}
+
+// The split over `chunks` CTAs per instance (normalised so that no chunk is empty). Training chunks
+// exchange partials: every CTA of a round must be co-resident (cooperative launch; the caller keeps
+// chunks <= the resident CTAs) and the grid a multiple of the chunk count, so the chunks of one
+// instance share a round. `cached` needs chunks >= ceil(nvec / tile).
+Launch ncdhw_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, bool cached, int64_t chunks,
+                   const char* tier) {
+  Launch l;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int64_t instances = s.N * s.C;
+  const int mb = min_blocks_for(kSplitThreads, f.direction, dev);
+  const int64_t resident = int64_t(dev.sms) * mb;
+  l.config = make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, cached, needs_index64(s),
+                         cached ? 0 : ring_stages(f, kSplitThreads, kBoundedItems, vec, mb, dev));
+  l.chunk_vectors = ceil_div(nvec, std::max<int64_t>(1, chunks));
+  l.chunks = int(ceil_div(nvec, l.chunk_vectors));
+  l.cooperative = f.train && l.chunks > 1;
+  l.grid = l.cooperative ? std::min(resident / l.chunks, instances) * l.chunks : instances * l.chunks;
+  l.partials = l.cooperative ? 2 * instances * l.chunks : 0;
+  l.tier = tier;
+  return l;
+}
+
+// Chunks per instance for streaming twice, sized so that what all co-resident CTAs read in one
+// round fits in `budget_bytes` of L2: the second read then comes from L2, not HBM.
+int64_t ncdhw_streamed_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t budget_bytes) {
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int64_t resident = int64_t(dev.sms) * min_blocks_for(kSplitThreads, f.direction, dev);
+  const int64_t tile = int64_t(kSplitThreads) * kBoundedItems;
+  const int64_t bytes_per_vec = int64_t(vec) * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
+  const int64_t budget_vectors = std::max<int64_t>(tile, budget_bytes / resident / bytes_per_vec / tile * tile);
+  return std::clamp<int64_t>(ceil_div(nvec, budget_vectors), 1, resident);
+}
+
 Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
   Launch l;
   const int vec = vector_width(s, f.dtype, f.layout);
-  const bool idx64 = needs_index64(s);
   const int64_t nvec = s.spatial / vec;
   const int64_t instances = s.N * s.C;
   const bool exchange = f.train;  // eval needs no statistics: chunks never talk to each other
 
   for (const Tier& t : kTiers) {
     if (!tier_allowed(t, f.direction)) continue;
-    const int items = policy == Policy::bounded ? t.items : items_for(policy, nvec, t.group);
-    if (int64_t(t.group) * items < nvec) continue;
-    const int mb = min_blocks_for(t.threads, f.direction, dev);
-    l.config = make_config(t.threads, t.group, items, vec, mb, /*cached=*/true, idx64);
-    l.chunks = 1;
-    l.chunk_vectors = nvec;
-    const int per_cta = t.threads / t.group;
-    l.grid = std::min<int64_t>(ceil_div(instances, per_cta), int64_t(dev.sms) * mb * 64);
-    l.tier = t.name;
-    break;
+    l = ncdhw_tier(f, s, dev, policy, t);
+    if (l.config.threads != 0) break;
   }
 
   if (l.config.threads == 0) {
@@ -142,37 +194,18 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
     const int64_t k_cached = ceil_div(nvec, tile);
     if (!exchange) {
       // Eval is elementwise: split for parallelism, each chunk a whole number of tiles.
-      l.config = make_config(threads, threads, items, vec, mb, false, idx64,
-                             ring_stages(f, threads, items, vec, mb, dev));
-      l.chunks = int(std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / std::max<int64_t>(1, instances))));
-      l.chunk_vectors = ceil_div(nvec, l.chunks);
-      l.grid = instances * l.chunks;
-      l.tier = "split (elementwise)";
+      const int64_t chunks =
+          std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / std::max<int64_t>(1, instances)));
+      l = ncdhw_split(f, s, dev, /*cached=*/false, chunks, "split (elementwise)");
     } else if (k_cached <= resident && split_mode() == SplitMode::registers) {
-      // Every chunk stays in registers: x is read once. All CTAs of an instance must be co-resident,
-      // and the grid a multiple of the chunk count so peers share a round.
-      l.config = make_config(threads, threads, items, vec, mb, true, idx64);
-      l.chunks = int(k_cached);
-      l.chunk_vectors = ceil_div(nvec, l.chunks);
-      l.grid = std::min(resident / l.chunks, instances) * l.chunks;
-      l.cooperative = l.chunks > 1;
-      l.tier = "split, cached in registers";
+      // Every chunk stays in registers: x is read once. All CTAs of an instance must be co-resident.
+      l = ncdhw_split(f, s, dev, /*cached=*/true, k_cached, "split, cached in registers");
     } else {
-      // Stream each chunk twice (statistics, then output), sized so that what all co-resident
-      // CTAs read in one round fits in half the L2: the second read then comes from L2, not HBM.
-      const int64_t bytes_per_vec = int64_t(vec) * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
-      const int64_t budget_vectors = std::max<int64_t>(tile, dev.l2_bytes / 2 / resident / bytes_per_vec / tile * tile);
-      l.config = make_config(threads, threads, items, vec, mb, false, idx64,
-                             ring_stages(f, threads, items, vec, mb, dev));
-      l.chunks = int(std::clamp<int64_t>(ceil_div(nvec, budget_vectors), 1, resident));
-      l.chunk_vectors = ceil_div(nvec, l.chunks);
-      l.cooperative = l.chunks > 1;
-      l.grid = l.cooperative ? std::min(resident / l.chunks, instances) * l.chunks : instances;
-      l.tier = "split, streamed twice (second read from L2)";
+      // Stream each chunk twice (statistics, then output), a round's reads sized to half the L2.
+      l = ncdhw_split(f, s, dev, /*cached=*/false, ncdhw_streamed_chunks(f, s, dev, dev.l2_bytes / 2),
+                      "split, streamed twice (second read from L2)");
     }
   }
-
-  l.partials = l.cooperative ? 2 * instances * l.chunks : 0;
   return l;
 }
 
@@ -192,60 +225,85 @@ int nhwc_min_blocks(int threads, const DeviceProfile& dev) {
   return std::max(1, std::min(dev.regs_per_sm / (threads * 128), dev.max_threads_per_sm / threads));
 }
 
-Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+// (n, channel tile) pairs: the channels-last "instances" of the exchange.
+int64_t nhwc_instances(const FusionKey& f, const ShapeKey& s) {
+  const int vec = vector_width(s, f.dtype, f.layout);
+  return s.N * ceil_div(s.C, int64_t(nhwc_lanes(s.C, vec)) * vec);
+}
+
+// A CTA of `threads` per (n, channel tile) holding all positions in registers; threads == 0 when
+// they do not fit.
+Launch nhwc_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy, int threads) {
   Launch l;
   const int vec = vector_width(s, f.dtype, f.layout);
-  const bool idx64 = needs_index64(s);
   const int lanes = nhwc_lanes(s.C, vec);
-  const int64_t tiles = ceil_div(s.C, int64_t(lanes) * vec);
-  const int64_t insts = s.N * tiles;
-  for (int threads : kNhwcThreads) {
-    const int rows = threads / lanes;
-    const int items = policy == Policy::bounded ? kBoundedItems : items_for(policy, s.spatial, rows);
-    if (int64_t(rows) * items < s.spatial) continue;
-    const int mb = nhwc_min_blocks(threads, dev);
-    l.config = make_config(threads, lanes, items, vec, mb, true, idx64);
-    l.chunks = 1;
-    l.chunk_vectors = s.spatial;
-    l.grid = insts;
-    l.tier = threads == 64 ? "channels-last small (CTA of 64)" : "channels-last medium (CTA of 256)";
-    return l;
-  }
-  const int threads = kNhwcSplitThreads;
   const int rows = threads / lanes;
+  const int items = policy == Policy::bounded ? kBoundedItems : items_for(policy, s.spatial, rows);
+  if (int64_t(rows) * items < s.spatial) return l;
   const int mb = nhwc_min_blocks(threads, dev);
-  const int64_t resident = int64_t(dev.sms) * mb;
-  const int64_t k_cached = ceil_div(s.spatial, int64_t(rows) * kBoundedItems);
-  if (!f.train) {
-    l.config = make_config(threads, lanes, kBoundedItems, vec, mb, false, idx64);
-    l.chunks = int(std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / insts)));
-    l.tier = "channels-last split (elementwise)";
-  } else if (k_cached <= resident && split_mode() == SplitMode::registers) {
-    l.config = make_config(threads, lanes, kBoundedItems, vec, mb, true, idx64);
-    l.chunks = int(k_cached);
-    l.cooperative = l.chunks > 1;
-    l.tier = "channels-last split, cached in registers";
-  } else {
-    // Streamed twice, chunks sized so one round's reads fit in half the L2 (see choose_ncdhw).
-    const int64_t row_bytes = int64_t(lanes) * vec * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
-    const int64_t tile_rows = int64_t(rows) * kBoundedItems;
-    const int64_t budget_rows = std::max<int64_t>(tile_rows, dev.l2_bytes / 2 / resident / row_bytes / tile_rows * tile_rows);
-    l.config = make_config(threads, lanes, kBoundedItems, vec, mb, false, idx64);
-    l.chunks = int(std::clamp<int64_t>(ceil_div(s.spatial, budget_rows), 1, std::max<int64_t>(1, resident / insts)));
-    l.cooperative = l.chunks > 1;
-    l.tier = "channels-last split, streamed twice";
-  }
-  l.chunk_vectors = ceil_div(s.spatial, l.chunks);
-  l.grid = l.cooperative ? std::min(resident / l.chunks, insts) * l.chunks : insts * l.chunks;
-  l.partials = l.cooperative ? insts * l.chunks * int64_t(lanes) * vec * 2 : 0;
+  l.config = make_config(threads, lanes, items, vec, mb, true, needs_index64(s));
+  l.chunks = 1;
+  l.chunk_vectors = s.spatial;
+  l.grid = nhwc_instances(f, s);
+  l.tier = threads == 64 ? "channels-last small (CTA of 64)" : "channels-last medium (CTA of 256)";
   return l;
 }
 
-}  // namespace
+// The channels-last split over `chunks` CTAs per (n, channel tile); as ncdhw_split.
+Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, bool cached, int64_t chunks,
+                  const char* tier) {
+  Launch l;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int lanes = nhwc_lanes(s.C, vec);
+  const int64_t insts = nhwc_instances(f, s);
+  const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t resident = int64_t(dev.sms) * mb;
+  l.config = make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, cached, needs_index64(s));
+  l.chunk_vectors = ceil_div(s.spatial, std::max<int64_t>(1, chunks));
+  l.chunks = int(ceil_div(s.spatial, l.chunk_vectors));
+  l.cooperative = f.train && l.chunks > 1;
+  l.grid = l.cooperative ? std::min(resident / l.chunks, insts) * l.chunks : insts * l.chunks;
+  l.partials = l.cooperative ? insts * l.chunks * int64_t(lanes) * vec * 2 : 0;
+  l.tier = tier;
+  return l;
+}
 
-Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
-  Launch l = f.layout == Layout::ncdhw ? choose_ncdhw(f, s, dev, policy) : choose_nhwc(f, s, dev, policy);
-  // Workspace: exchange counters (2 per instance + 1 grid-wide), partials, per-instance scratch.
+// Streamed chunks sized so one round's reads fit in `budget_bytes` of L2 (see ncdhw_streamed_chunks);
+// at most one round of (n, channel tile) pairs.
+int64_t nhwc_streamed_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t budget_bytes) {
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int lanes = nhwc_lanes(s.C, vec);
+  const int rows = kNhwcSplitThreads / lanes;
+  const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t row_bytes = int64_t(lanes) * vec * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
+  const int64_t tile_rows = int64_t(rows) * kBoundedItems;
+  const int64_t budget_rows = std::max<int64_t>(tile_rows, budget_bytes / resident / row_bytes / tile_rows * tile_rows);
+  return std::clamp<int64_t>(ceil_div(s.spatial, budget_rows), 1,
+                             std::max<int64_t>(1, resident / nhwc_instances(f, s)));
+}
+
+Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  for (int threads : kNhwcThreads) {
+    const Launch l = nhwc_tier(f, s, dev, policy, threads);
+    if (l.config.threads != 0) return l;
+  }
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int rows = kNhwcSplitThreads / nhwc_lanes(s.C, vec);
+  const int64_t insts = nhwc_instances(f, s);
+  const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t k_cached = ceil_div(s.spatial, int64_t(rows) * kBoundedItems);
+  if (!f.train)
+    return nhwc_split(f, s, dev, false, std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / insts)),
+                      "channels-last split (elementwise)");
+  if (k_cached <= resident && split_mode() == SplitMode::registers)
+    return nhwc_split(f, s, dev, true, k_cached, "channels-last split, cached in registers");
+  // Streamed twice, chunks sized so one round's reads fit in half the L2 (see choose_ncdhw).
+  return nhwc_split(f, s, dev, false, nhwc_streamed_chunks(f, s, dev, dev.l2_bytes / 2),
+                    "channels-last split, streamed twice");
+}
+
+// Workspace: exchange counters (2 per instance + 1 grid-wide), partials, per-instance scratch.
+Launch with_workspace(const FusionKey& f, const ShapeKey& s, Launch l) {
   const int64_t instances = s.N * s.C;
   const bool grid_reduce = (f.direction == Direction::forward && f.running) ||
                            (f.direction == Direction::backward && f.affine);
@@ -256,6 +314,158 @@ Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile&
     l.partials = 0;
   }
   return l;
+}
+
+}  // namespace
+
+Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  const Launch l = f.layout == Layout::ncdhw ? choose_ncdhw(f, s, dev, policy) : choose_nhwc(f, s, dev, policy);
+  return with_workspace(f, s, l);
+}
+
+// ------------------------------------------------------------------ autotune candidates
+namespace {
+
+constexpr size_t kMaxCandidates = 6;
+
+// Whether `l` can be launched as built: grid and chunk sizes fit the launch and the kernel's int
+// parameters, a cooperative grid fits the co-resident CTAs its config guarantees, the chunks of an
+// instance share a round, and the chunks cover the instance (none empty).
+bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const DeviceProfile& dev) {
+  const int64_t extent = f.layout == Layout::ncdhw ? s.spatial / l.config.vec : s.spatial;
+  const int64_t cv = l.chunk_vectors;
+  if (l.config.threads == 0 || l.grid < 1 || l.grid > 0x7fffffff || l.chunks < 1 || cv < 1 || cv > 0x7fffffff)
+    return false;
+  if (int64_t(l.chunks) * cv < extent || int64_t(l.chunks - 1) * cv >= extent) return false;
+  if (l.cooperative && (l.grid > int64_t(dev.sms) * l.config.min_blocks || l.grid % l.chunks != 0)) return false;
+  if (l.chunks > 1 && f.train && !l.cooperative) return false;
+  return true;
+}
+
+struct CandidateList {
+  const FusionKey& f;
+  const ShapeKey& s;
+  const DeviceProfile& dev;
+  std::vector<Launch> out;
+
+  // Adds `l` unless it cannot launch, repeats a candidate (same kernel and decomposition) or the
+  // list is full.
+  void add(const Launch& built) {
+    if (built.config.threads == 0 || out.size() >= kMaxCandidates) return;
+    const Launch l = with_workspace(f, s, built);
+    if (!launchable(f, s, l, dev)) return;
+    for (const Launch& c : out)
+      if (same_launch(c, l)) return;
+    out.push_back(l);
+  }
+};
+
+// Chunks that give every SM about one CTA when instances are few (at least `lo`), without making a
+// chunk smaller than one vector per thread.
+int64_t parallel_chunks(int64_t instances, int64_t extent, int64_t threads, int64_t lo, const DeviceProfile& dev) {
+  const int64_t want = std::max(lo, ceil_div(dev.sms, std::max<int64_t>(1, instances)));
+  return std::min(want, std::max(lo, extent / threads));
+}
+
+void ncdhw_candidates(CandidateList& c, Policy policy) {
+  const FusionKey& f = c.f;
+  const ShapeKey& s = c.s;
+  const DeviceProfile& dev = c.dev;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int64_t instances = s.N * s.C;
+  const int64_t resident = int64_t(dev.sms) * min_blocks_for(kSplitThreads, f.direction, dev);
+  const int64_t tile = int64_t(kSplitThreads) * kBoundedItems;
+  const int64_t k_cached = ceil_div(nvec, tile);
+
+  // The default's tier (a repeat) and the next two larger ones: more threads per instance, fewer
+  // vectors per thread. Larger still only idles threads.
+  int tiers = 0;
+  for (const Tier& t : kTiers) {
+    if (!tier_allowed(t, f.direction) || tiers == 3) continue;
+    const Launch l = ncdhw_tier(f, s, dev, policy, t);
+    if (l.config.threads == 0) continue;
+    ++tiers;
+    c.add(l);
+  }
+  const bool fits_a_tier = tiers > 0;
+  if (f.train) {
+    // Split held in registers: the fewest chunks, and (few instances) enough chunks to fill the SMs.
+    for (int64_t k : {std::max<int64_t>(2, k_cached), parallel_chunks(instances, nvec, kSplitThreads, 2, dev)})
+      if (k >= k_cached && k <= resident && nvec >= 2 * int64_t(kSplitThreads))
+        c.add(ncdhw_split(f, s, dev, true, k, "split, cached in registers"));
+    if (!fits_a_tier) {
+      // Streamed twice with rounds sized to a quarter, a half and all of the L2.
+      for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
+        c.add(ncdhw_split(f, s, dev, false, ncdhw_streamed_chunks(f, s, dev, budget),
+                          "split, streamed twice (second read from L2)"));
+      // One CTA per instance, no exchange: enough when the instances alone fill the GPU.
+      if (instances >= resident) c.add(ncdhw_split(f, s, dev, false, 1, "split, streamed twice (CTA per instance)"));
+    }
+  } else if (nvec >= 2 * int64_t(kSplitThreads)) {
+    // Eval is elementwise. The default splits into 4 CTAs per resident slot, chunks of at least a
+    // tile; try 1 per slot, and 16 per slot with chunks down to one vector per thread.
+    c.add(ncdhw_split(f, s, dev, false, std::min(k_cached, std::max<int64_t>(1, resident / instances)),
+                      "split (elementwise)"));
+    c.add(ncdhw_split(f, s, dev, false, std::min(nvec / kSplitThreads, std::max<int64_t>(1, 16 * resident / instances)),
+                      "split (elementwise)"));
+  }
+}
+
+void nhwc_candidates(CandidateList& c, Policy policy) {
+  const FusionKey& f = c.f;
+  const ShapeKey& s = c.s;
+  const DeviceProfile& dev = c.dev;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int rows = kNhwcSplitThreads / nhwc_lanes(s.C, vec);
+  const int64_t insts = nhwc_instances(f, s);
+  const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t k_cached = ceil_div(s.spatial, int64_t(rows) * kBoundedItems);
+
+  bool fits_a_tier = false;
+  for (int threads : kNhwcThreads) {  // the default's tier (a repeat) and the larger one
+    const Launch l = nhwc_tier(f, s, dev, policy, threads);
+    if (l.config.threads == 0) continue;
+    fits_a_tier = true;
+    c.add(l);
+  }
+  if (f.train) {
+    for (int64_t k : {std::max<int64_t>(2, k_cached), parallel_chunks(insts, s.spatial, rows, 2, dev)})
+      if (k >= k_cached && k <= resident && s.spatial >= 2 * int64_t(rows))
+        c.add(nhwc_split(f, s, dev, true, k, "channels-last split, cached in registers"));
+    if (!fits_a_tier) {
+      for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
+        c.add(nhwc_split(f, s, dev, false, nhwc_streamed_chunks(f, s, dev, budget),
+                         "channels-last split, streamed twice"));
+      if (insts >= resident)
+        c.add(nhwc_split(f, s, dev, false, 1, "channels-last split, streamed twice (CTA per tile)"));
+    }
+  } else if (s.spatial >= 2 * int64_t(rows)) {
+    // Eval: as in ncdhw_candidates.
+    c.add(nhwc_split(f, s, dev, false, std::min(k_cached, std::max<int64_t>(1, resident / insts)),
+                     "channels-last split (elementwise)"));
+    c.add(nhwc_split(f, s, dev, false, std::min(s.spatial / rows, std::max<int64_t>(1, 16 * resident / insts)),
+                     "channels-last split (elementwise)"));
+  }
+}
+
+}  // namespace
+
+bool same_launch(const Launch& a, const Launch& b) {
+  return bytes_equal(a.config, b.config) && a.chunks == b.chunks && a.chunk_vectors == b.chunk_vectors &&
+         a.grid == b.grid && a.cooperative == b.cooperative;
+}
+
+std::vector<Launch> candidate_launches(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  CandidateList c{f, s, dev, {}};
+  // The default always comes first and is always kept, even in the unexpected case that the
+  // checks above would reject it: the autotuner's baseline is exactly what runs without it.
+  c.out.push_back(choose_launch(f, s, dev, policy));
+  if (f.layout == Layout::ncdhw)
+    ncdhw_candidates(c, policy);
+  else
+    nhwc_candidates(c, policy);
+  return c.out;
 }
 
 std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy) {

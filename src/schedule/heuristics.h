@@ -59,6 +59,16 @@ int64_t ring_bytes(const FusionKey& f, const KernelConfig& c);
 
 Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy);
 
+// The launches autotune times for a call (runtime/autotune.h): choose_launch's first, then up to
+// five alternatives that are valid for this shape: larger size tiers that hold the instance, a
+// split held in registers, and for the split tiers other chunk counts (rounds sized to 1/4, 1/2
+// and all of the L2; one CTA per instance). Every config is one enumerate_configs lists, so the
+// bound on distinct kernels holds with autotune on; chunk counts are run-time arguments and
+// cost no compile.
+std::vector<Launch> candidate_launches(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy);
+// Same kernel and decomposition (config, chunks, chunk_vectors, grid, cooperative).
+bool same_launch(const Launch& a, const Launch& b);
+
 // Every config choose_launch can return for this fusion under the policy (the documented bound).
 std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy);  // for the H200
 std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, const DeviceProfile& dev);

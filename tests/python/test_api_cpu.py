@@ -38,11 +38,22 @@ def test_is_available_returns_bool_and_reason():
     if normjit._ops._C is not None:
         for key in ("plan_hits", "plan_misses", "kernel_hits", "kernel_misses", "disk_hits",
                     "disk_misses", "disk_writes", "disk_errors", "compiles", "compile_ms_total",
-                    "compile_ms", "layout_copies"):
+                    "compile_ms", "autotune_searches", "autotune_records_loaded", "layout_copies"):
             assert key in info, key
         normjit.reset_cache_stats()
         assert normjit.cache_info()["layout_copies"] == 0
         assert isinstance(normjit.core_version(), str)
+
+
+def test_autotune_switch():
+    before = normjit.autotune_enabled()
+    try:
+        normjit.autotune()
+        assert normjit.autotune_enabled() is (normjit._ops._C is not None)
+        normjit.autotune(False)
+        assert normjit.autotune_enabled() is False
+    finally:
+        normjit.autotune(before)
 
 
 def test_ops_registered_when_binding_built():

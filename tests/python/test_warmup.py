@@ -190,6 +190,8 @@ if opts.get("channels_last"):
     x = x.to(memory_format=torch.channels_last_3d)
 if opts.get("half"):
     model, x = model.half(), x.half()
+if opts.get("autotune"):
+    normjit.autotune(True)
 r = normjit.warmup(model, x, verbose=False, autocast=opts.get("autocast"))
 r.pop("calls")
 print("RESULT " + json.dumps(r))
@@ -222,6 +224,15 @@ def test_warmup_compiles_then_reads_from_disk(tmp_path):
     second = _warmup_subprocess(tmp_path)
     assert second["names"] == first["names"]
     assert (second["compiled"], second["from_disk"]) == (0, 8)
+
+
+def test_autotune_warmup_also_compiles_the_candidates(tmp_path):
+    # With autotune on, the first call times every candidate launch: warm-up compiles them all.
+    plain = _warmup_subprocess(tmp_path / "plain")
+    tuned = _warmup_subprocess(tmp_path / "tuned", autotune=True)
+    assert set(plain["names"]) < set(tuned["names"])
+    assert fusions(tuned["names"]) == fusions(plain["names"])
+    assert tuned["failed"] == 0 and tuned["compiled"] == len(tuned["names"])
 
 
 def test_channels_last_3d_yields_ndhwc_kernels(tmp_path):
