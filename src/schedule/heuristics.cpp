@@ -159,23 +159,16 @@ Launch ncdhw_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
   return l;
 }
 
-// The L2 a streamed round may fill by default. The kernels decouple their rounds (round r+1's
-// statistics pass runs before round r's output pass), so two rounds of reads plus one round of
-// writes share the L2: a third each.
-int64_t streamed_round_budget(const DeviceProfile& dev) { return dev.l2_bytes / 3; }
-
-// Chunks per instance for streaming twice: as many whole instances per round as fit in
-// `budget_bytes` of L2 (so the second read comes from L2, not HBM), and their chunks spread over
-// every co-resident CTA. Chunks are at least one tile.
+// Chunks per instance for streaming twice, sized so that what all co-resident CTAs read in one
+// round fits in `budget_bytes` of L2: the second read then comes from L2, not HBM.
 int64_t ncdhw_streamed_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t budget_bytes) {
   const int vec = vector_width(s, f.dtype, f.layout);
   const int64_t nvec = s.spatial / vec;
   const int64_t resident = int64_t(dev.sms) * min_blocks_for(kSplitThreads, f.direction, dev);
   const int64_t tile = int64_t(kSplitThreads) * kBoundedItems;
   const int64_t bytes_per_vec = int64_t(vec) * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
-  const int64_t per_round = std::clamp<int64_t>(budget_bytes / std::max<int64_t>(1, nvec * bytes_per_vec), 1,
-                                                std::min<int64_t>(resident, s.N * s.C));
-  return std::clamp<int64_t>(resident / per_round, 1, ceil_div(nvec, tile));
+  const int64_t budget_vectors = std::max<int64_t>(tile, budget_bytes / resident / bytes_per_vec / tile * tile);
+  return std::clamp<int64_t>(ceil_div(nvec, budget_vectors), 1, resident);
 }
 
 Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
@@ -209,7 +202,7 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
       l = ncdhw_split(f, s, dev, /*cached=*/true, k_cached, "split, cached in registers");
     } else {
       // Stream each chunk twice (statistics, then output), a round's reads sized to half the L2.
-      l = ncdhw_split(f, s, dev, /*cached=*/false, ncdhw_streamed_chunks(f, s, dev, streamed_round_budget(dev)),
+      l = ncdhw_split(f, s, dev, /*cached=*/false, ncdhw_streamed_chunks(f, s, dev, dev.l2_bytes / 2),
                       "split, streamed twice (second read from L2)");
     }
   }
@@ -402,8 +395,8 @@ void ncdhw_candidates(CandidateList& c, Policy policy) {
       if (k >= k_cached && k <= resident && nvec >= 2 * int64_t(kSplitThreads))
         c.add(ncdhw_split(f, s, dev, true, k, "split, cached in registers"));
     if (!fits_a_tier) {
-      // Streamed twice with rounds sized to a third (the default), a fifth and a half of the L2.
-      for (int64_t budget : {streamed_round_budget(dev), dev.l2_bytes / 5, dev.l2_bytes / 2})
+      // Streamed twice with rounds sized to a quarter, a half and all of the L2.
+      for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
         c.add(ncdhw_split(f, s, dev, false, ncdhw_streamed_chunks(f, s, dev, budget),
                           "split, streamed twice (second read from L2)"));
       // One CTA per instance, no exchange: enough when the instances alone fill the GPU.
