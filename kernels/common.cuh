@@ -182,31 +182,19 @@ __device__ __forceinline__ unsigned volatile_load(const unsigned* p) {
   return *reinterpret_cast<const volatile unsigned*>(p);
 }
 
-// Publishes this chunk's partial (a, b): thread 0 writes it and signals; does not wait. Every
-// thread of the CTA calls it with the same values (group == CTA).
-__device__ __forceinline__ void exchange_arrive(unsigned* counters, idx_t instance, float* partials, idx_t slot,
-                                                float a, float b) {
+// Called by every thread of the CTA (group == CTA). `mine` is this chunk's partial (2 floats),
+// written by thread 0. Returns after all chunks' partials are visible.
+__device__ __forceinline__ void exchange_arrive_and_wait(unsigned* counters, idx_t instance, float* partials,
+                                                         idx_t slot, float a, float b, int chunks) {
   if (threadIdx.x == 0) {
     __stcg(partials + 2 * slot, a);
     __stcg(partials + 2 * slot + 1, b);
     __threadfence();
     atomicAdd(counters + 2 * instance, 1u);
-  }
-}
-
-// Returns (to every thread of the CTA) once all `chunks` partials of the instance are visible.
-__device__ __forceinline__ void exchange_wait(unsigned* counters, idx_t instance, int chunks) {
-  if (threadIdx.x == 0) {
     while (volatile_load(counters + 2 * instance) < (unsigned)chunks) __nanosleep(20);
     __threadfence();
   }
   __syncthreads();
-}
-
-__device__ __forceinline__ void exchange_arrive_and_wait(unsigned* counters, idx_t instance, float* partials,
-                                                         idx_t slot, float a, float b, int chunks) {
-  exchange_arrive(counters, instance, partials, slot, a, b);
-  exchange_wait(counters, instance, chunks);
 }
 
 // Called after every thread has read the partials.

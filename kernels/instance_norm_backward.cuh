@@ -6,9 +6,8 @@
 //   dresidual = g;  dweight[c] = sum_n sum(g * xhat);  dbias[c] = sum_n sum(g)
 // Per instance we need sum(g) and sum(g * xhat); like the forward, a chunk's x and dy stay in
 // registers (NJ_CACHED) or are streamed twice, and split instances merge partial sums in chunk
-// order (streamed: with the rounds decoupled as in the forward kernel — the next round's sums are
-// published before this round's peers are awaited). dweight/dbias are reduced over N by the last
-// CTA in a fixed order: no atomics on floats, the same bits on every run.
+// order. dweight/dbias are reduced over N by the last CTA in a fixed order: no atomics on floats,
+// the same bits on every run.
 #include "common.cuh"
 
 struct BwdContext {
@@ -134,42 +133,6 @@ __device__ __forceinline__ void write_dx_tile(const NjParams& p, const Unit& u, 
   }
 }
 
-__device__ __forceinline__ BwdContext bwd_context(const NjParams& p, const Unit& u) {
-  BwdContext s;
-  s.mean = u.active ? p.save_mean[u.instance] : 0.f;
-  s.rstd = u.active ? p.save_rstd[u.instance] : 0.f;
-#if NJ_AFFINE
-  s.w = u.active ? load_weight(p.weight, u.channel) : 0.f;
-  s.b = u.active ? load_weight(p.bias, u.channel) : 0.f;
-#else
-  s.w = 1.f, s.b = 0.f;
-#endif
-  return s;
-}
-
-#if !NJ_CACHED
-struct ChunkSums {
-  float g, gx;  // sum(g), sum(g * xhat) over the chunk
-};
-
-// Sums pass over unit u's chunk (streamed), published to the chunk's peers (not awaited).
-__device__ __forceinline__ ChunkSums chunk_grad_sums(const NjParams& p, TileRing& ring, const Unit& u, int lane,
-                                                     float* smem) {
-  constexpr idx_t kTile = (idx_t)NJ_GROUP * NJ_ITEMS;
-  const BwdContext s = bwd_context(p, u);
-  float sums[2] = {0.f, 0.f};
-  for (idx_t tb = u.v_begin; tb < u.v_end; tb += kTile) {
-    BwdTile t;
-    stream_bwd_tile(p, ring, u, tb, lane, t);
-    accumulate_tile(p, s, tb, u.v_end, lane, t, sums);
-  }
-  group_sum<2>(sums, smem);
-  if (p.chunks > 1 && u.active)
-    exchange_arrive(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, sums[0], sums[1]);
-  return ChunkSums{sums[0], sums[1]};
-}
-#endif
-
 extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
 normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
   __shared__ float smem[2 * (NJ_WARPS > 0 ? NJ_WARPS : 1)];
@@ -181,14 +144,18 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
 #if NJ_STAGES > 0
   ring_start(p, ring, p.x, p.dy, p.residual);
 #endif
-#if !NJ_CACHED
-  ChunkSums next = {0.f, 0.f};  // the next round's chunk, published ahead
-  if (rounds > 0) next = chunk_grad_sums(p, ring, make_unit(p, 0), lane, smem);
-#endif
 
   for (idx_t round = 0; round < rounds; ++round) {
     const Unit u = make_unit(p, round);
-    const BwdContext s = bwd_context(p, u);
+    BwdContext s;
+    s.mean = u.active ? p.save_mean[u.instance] : 0.f;
+    s.rstd = u.active ? p.save_rstd[u.instance] : 0.f;
+#if NJ_AFFINE
+    s.w = u.active ? load_weight(p.weight, u.channel) : 0.f;
+    s.b = u.active ? load_weight(p.bias, u.channel) : 0.f;
+#else
+    s.w = 1.f, s.b = 0.f;
+#endif
     float sums[2] = {0.f, 0.f};
 #if NJ_CACHED
     BwdTile t;
@@ -196,17 +163,17 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
     accumulate_tile(p, s, u.v_begin, u.v_end, lane, t, sums);
     group_sum<2>(sums, smem);
 #else
-    // Streamed: this round's sums were published a round ago; publish the next round's before
-    // waiting for this round's peers.
-    sums[0] = next.g, sums[1] = next.gx;
-    if (round + 1 < rounds) next = chunk_grad_sums(p, ring, make_unit(p, round + 1), lane, smem);
+    for (idx_t tb = u.v_begin; tb < u.v_end; tb += kTile) {
+      BwdTile t;
+      stream_bwd_tile(p, ring, u, tb, lane, t);
+      accumulate_tile(p, s, tb, u.v_end, lane, t, sums);
+    }
+    group_sum<2>(sums, smem);
 #endif
     if (p.chunks > 1 && u.active) {
       // Sum the chunks' partials: read in parallel, added by group_sum's fixed tree.
-#if NJ_CACHED
-      exchange_arrive(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, sums[0], sums[1]);
-#endif
-      exchange_wait(p.counters, u.instance, p.chunks);
+      exchange_arrive_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, sums[0], sums[1],
+                               p.chunks);
       sums[0] = 0.f, sums[1] = 0.f;
       const float* part = p.partials + 2 * u.instance * p.chunks;
       for (int j = threadIdx.x; j < p.chunks; j += NJ_THREADS) {

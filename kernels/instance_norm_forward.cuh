@@ -8,12 +8,7 @@
 // robust when mean >> std. When an instance is larger than one CTA can hold, `chunks` CTAs split
 // it and merge their (mean, M2) partials with Chan's formula in chunk order (see common.cuh).
 // Without NJ_CACHED (instances too large for the co-resident CTAs to hold) each CTA streams its
-// chunk twice: once for statistics (per-thread running two-pass statistics, Chan-merged), once to
-// normalise, with the rounds decoupled: a CTA computes and publishes the statistics of its next
-// round's chunk before it waits for this round's peers, so a slow peer costs no idle time as long
-// as it is less than one statistics pass behind. Every CTA publishes round r before it waits for
-// round r, and all CTAs are co-resident, so nobody waits for a CTA that waits for it. The
-// streamed tiles come through a shared-memory ring (tile_ring.cuh) where the device allows.
+// chunk twice: once for statistics (per-tile two-pass, Chan-merged), once to normalise.
 //
 // Compile-time switches besides common.cuh's: NJ_TRAIN (batch statistics; else running stats),
 // NJ_AFFINE, NJ_RESIDUAL, NJ_RUNNING (update running stats), NJ_SAVE (write mean/rstd), NJ_CACHED.
@@ -128,30 +123,6 @@ __device__ __forceinline__ void normalize_tile(const NjParams& p, const Unit& u,
   }
 }
 
-#if NJ_TRAIN && !NJ_CACHED
-struct ChunkStats {
-  float count, mean, m2;
-};
-
-// Statistics pass over unit u's chunk (streamed), published to the chunk's peers (not awaited).
-__device__ __forceinline__ ChunkStats chunk_statistics(const NjParams& p, TileRing& ring, const Unit& u, int lane,
-                                                       float* smem) {
-  constexpr idx_t kTile = (idx_t)NJ_GROUP * NJ_ITEMS;
-  float tn = 0.f, tmean = 0.f, tm2 = 0.f;  // this thread's running statistics
-  for (idx_t t = u.v_begin; t < u.v_end; t += kTile) {
-    vec_t xr[NJ_ITEMS];
-    stream_tile(p, ring, u, t, lane, xr);
-    thread_tile_stats(xr, t, u.v_end, lane, tn, tmean, tm2);
-  }
-  ChunkStats c;
-  c.count = (float)((u.v_end - u.v_begin) * NJ_VEC);
-  group_merge_stats(tn, tmean, tm2, c.count, smem, c.mean, c.m2);
-  if (p.chunks > 1 && u.active)
-    exchange_arrive(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, c.mean, c.m2);
-  return c;
-}
-#endif
-
 extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
 normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
   __shared__ float smem[NJ_WARPS > 0 ? NJ_WARPS : 1];
@@ -162,10 +133,6 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
   TileRing ring;
 #if NJ_STAGES > 0
   ring_start(p, ring, p.x, nullptr, nullptr);
-#endif
-#if NJ_TRAIN && !NJ_CACHED
-  ChunkStats next = {0.f, 0.f, 0.f};  // the next round's chunk, published ahead
-  if (rounds > 0) next = chunk_statistics(p, ring, make_unit(p, 0), lane, smem);
 #endif
 
   for (idx_t round = 0; round < rounds; ++round) {
@@ -178,21 +145,23 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
     float count, m2;
     tile_stats(xr, u.v_begin, u.v_end, lane, smem, count, mean, m2);
 #else
-    // Streamed: this round's chunk statistics were published a round ago; publish the next
-    // round's before waiting for this round's peers.
-    const ChunkStats mine = next;
-    if (round + 1 < rounds) next = chunk_statistics(p, ring, make_unit(p, round + 1), lane, smem);
-    float count = mine.count, m2 = mine.m2;
-    mean = mine.mean;
+    // Streamed: each thread keeps running statistics of the tiles it reads; the CTA combines
+    // them once per chunk.
+    float tn = 0.f, tmean = 0.f, tm2 = 0.f;
+    for (idx_t t = u.v_begin; t < u.v_end; t += kTile) {
+      vec_t xr[NJ_ITEMS];
+      stream_tile(p, ring, u, t, lane, xr);
+      thread_tile_stats(xr, t, u.v_end, lane, tn, tmean, tm2);
+    }
+    float count = (float)((u.v_end - u.v_begin) * NJ_VEC), m2;
+    group_merge_stats(tn, tmean, tm2, count, smem, mean, m2);
 #endif
     if (p.chunks > 1 && u.active) {
       // Merge the chunks of this instance: mean = sum_j n_j mean_j / n, then
       // M2 = sum_j (M2_j + n_j (mean_j - mean)^2). The CTA's threads read the partials in
       // parallel and add them with group_sum's fixed tree: identical bits in every peer CTA.
-#if NJ_CACHED
-      exchange_arrive(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, mean, m2);
-#endif
-      exchange_wait(p.counters, u.instance, p.chunks);
+      exchange_arrive_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, mean, m2,
+                               p.chunks);
       const float* part = p.partials + 2 * u.instance * p.chunks;
       count = (float)p.spatial;
       float acc[1] = {0.f};

@@ -8,11 +8,8 @@
 //
 // Each thread copies and later reads back only its own slots, so no CTA barrier is needed: the
 // thread's cp.async.wait_group is the only synchronisation. The producer walks exactly the tile
-// sequence the kernel will consume, phase by phase, each phase one pass over one round's chunk:
-//   one pass (eval):       O(0), O(1), ..., O(R-1)
-//   training (2 passes):   S(0), S(1), O(0), S(2), O(1), ..., S(R-1), O(R-2), O(R-1)
-// where S(r) is round r's statistics pass and O(r) its output pass: the kernels publish round
-// r+1's statistics before they wait for round r's peers (see the forward kernel's header).
+// sequence the consumer will ask for: for every round, the chunk's tiles once per pass
+// (NJ_RING_PASSES: 2 when training — statistics and output — else 1).
 //
 // Ring layout (bytes, dynamic shared memory): slot (stage, tensor, item) of thread t at
 //   (((stage * NJ_RING_TENSORS + tensor) * NJ_ITEMS + item) * NJ_THREADS + t) * 16
@@ -52,7 +49,8 @@ __device__ __forceinline__ void nj_cp_async_wait() {
 struct TileRing {
   const void* src[NJ_RING_TENSORS];  // the streamed tensors (x; x, dy; x, dy, residual)
   // Producer cursor: the next tile to copy.
-  idx_t rounds, phase, t;
+  idx_t round, rounds, t;
+  int pass;
   Unit u;
   bool done;
   // Consumer position: tiles taken so far.
@@ -63,37 +61,19 @@ __device__ __forceinline__ unsigned ring_offset(int stage, int tensor, int item)
   return ((((unsigned)stage * NJ_RING_TENSORS + tensor) * NJ_ITEMS + item) * NJ_THREADS + threadIdx.x) * 16u;
 }
 
-__device__ __forceinline__ idx_t ring_phases(idx_t rounds) { return NJ_RING_PASSES == 1 ? rounds : 2 * rounds + 1; }
-
-// The round whose chunk phase q walks (see the sequence above), or -1 for an empty phase.
-__device__ __forceinline__ idx_t ring_phase_round(idx_t q, idx_t rounds) {
-  if (NJ_RING_PASSES == 1) return q;
-  if (q == 0) return 0;
-  const idx_t r = (q - 1) / 2;
-  if ((q - 1) % 2 == 0) return r + 1 < rounds ? r + 1 : -1;  // S(r+1)
-  return r;                                                 // O(r)
-}
-
-// Points the cursor at phase q's first tile (an empty range for an empty phase).
-__device__ __forceinline__ void ring_enter_phase(const NjParams& p, TileRing& r) {
-  const idx_t round = ring_phase_round(r.phase, r.rounds);
-  if (round >= 0) {
-    r.u = make_unit(p, round);
-  } else {
-    r.u.v_begin = r.u.v_end = 0;
-  }
-  r.t = r.u.v_begin;
-}
-
-// Moves the producer cursor to the next tile, skipping empty phases (or marks the sequence done).
+// Moves the producer cursor to the next non-empty tile (or marks the sequence done).
 __device__ __forceinline__ void ring_advance(const NjParams& p, TileRing& r, idx_t step) {
   r.t += step;
   while (!r.done && r.t >= r.u.v_end) {
-    if (++r.phase >= ring_phases(r.rounds)) {
-      r.done = true;
-      break;
+    if (++r.pass == NJ_RING_PASSES) {
+      r.pass = 0;
+      if (++r.round >= r.rounds) {
+        r.done = true;
+        break;
+      }
+      r.u = make_unit(p, r.round);
     }
-    ring_enter_phase(p, r);
+    r.t = r.u.v_begin;
   }
 }
 
@@ -127,12 +107,12 @@ __device__ __forceinline__ void ring_start(const NjParams& p, TileRing& r, const
 #endif
   (void)b, (void)c;
   r.rounds = num_rounds(p);
-  r.phase = 0;
+  r.round = 0;
+  r.pass = 0;
   r.done = r.rounds == 0;
-  if (!r.done) {
-    ring_enter_phase(p, r);
-    ring_advance(p, r, 0);  // skip empty chunks
-  }
+  if (!r.done) r.u = make_unit(p, 0);
+  r.t = r.done ? 0 : r.u.v_begin;
+  if (!r.done) ring_advance(p, r, 0);  // skip empty units
   r.taken = 0;
 #pragma unroll
   for (int s = 0; s < NJ_STAGES - 1; ++s) ring_produce(p, r, s);
