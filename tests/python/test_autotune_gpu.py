@@ -65,10 +65,12 @@ def test_autotune_matches_torch(autotune_on, shape, dtype, channels_last):
     b0 = torch.randn(c, device="cuda")
     before = normjit.cache_info()
     for _ in range(2):  # the first call tunes (or loads a stored choice); the second reuses it
-        x, w, b = (t.clone().requires_grad_() for t in (x0, w0, b0))
+        x, w, b = (t.detach().clone().requires_grad_() for t in (x0, w0, b0))
         y = NF.instance_norm(x, weight=w, bias=b)
         y.backward(dy)
-        xr, wr, br = x0.float().requires_grad_(), w0.clone().requires_grad_(), b0.clone().requires_grad_()
+        # .float() of a float32 tensor is the tensor itself: copy, so x0 never requires grad.
+        xr = x0.detach().float().clone().requires_grad_()
+        wr, br = w0.detach().clone().requires_grad_(), b0.detach().clone().requires_grad_()
         yr = F.instance_norm(xr, weight=wr, bias=br)
         yr.backward(dy.float())
         tol = TOL[dtype]
