@@ -4,6 +4,8 @@
 // not the device ordinal; in-place calls are recognised; the public switch works.
 #include <gtest/gtest.h>
 
+#include "test_helpers.h"
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,23 +25,7 @@ using namespace normjit;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/normjit_autotune_test_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    if (!p) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using normjit_test::TempDir;
 
 ShapeKey ncdhw_shape(int64_t N, int64_t C, int64_t spatial, int device = 0) {
   ShapeKey s = zeroed<ShapeKey>();
@@ -253,18 +239,7 @@ TEST(AutotuneSwitch, SetAndQuery) {
 }
 
 #ifdef NORMJIT_CLI_PATH
-namespace {
-int shell(const std::string& cmd, std::string* output) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  output->clear();
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-}  // namespace
+using normjit_test::shell;
 
 TEST(AutotuneRecord, CliShowsRecordsReadably) {
   Fixture x;

@@ -17,6 +17,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_helpers.h"
+
 #include "compile/disk_cache.h"
 #include "compile/hash.h"
 
@@ -26,27 +28,7 @@ using normjit::compile::hash128;
 
 namespace {
 
-// A fresh directory, removed with everything in it at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/normjit_disk_cache_test_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    if (!p) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    // Tests may have removed permissions; give them back so everything can be deleted.
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using normjit_test::TempDir;
 
 std::vector<char> make_payload(size_t n, unsigned seed) {
   std::vector<char> v(n);

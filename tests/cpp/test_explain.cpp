@@ -5,6 +5,8 @@
 // The warm-up runs in a child process (this test binary re-executed on a DISABLED_ test) because
 // the process-wide disk cache reads NORMJIT_CACHE_DIR once per process.
 #include <gtest/gtest.h>
+
+#include "test_helpers.h"
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,26 +35,11 @@ using namespace normjit::tools;
 
 namespace {
 
+using normjit_test::shell;
+using normjit_test::TempDir;
+
 constexpr uint64_t kSeed = 1;
 constexpr int kStreamLength = 200;
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/normjit_explain_test_XXXXXX";
-    const char* p = mkdtemp(tmpl);
-    if (!p) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::vector<ExplainCall> stream_calls() {
   return explain_calls(random_crop_shapes(kStreamLength, kSeed), ExplainOptions{});
@@ -114,18 +101,6 @@ std::map<std::string, std::string> read_report(const std::string& path, std::set
       out[k] = v;
   }
   return out;
-}
-
-// Runs a command through the shell; returns its exit status and output (stdout and stderr).
-int shell(const std::string& cmd, std::string* output) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return -1;
-  char buf[4096];
-  size_t n;
-  output->clear();
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
 }  // namespace

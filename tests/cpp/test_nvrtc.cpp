@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_helpers.h"
+
 #include "compile/compiler.h"
 #include "compile/disk_cache.h"
 #include "driver/cuda_driver.h"
@@ -21,6 +23,8 @@ namespace fs = std::filesystem;
 using namespace normjit;
 
 namespace {
+
+using normjit_test::TempDir;
 
 const char* kTinyKernel = R"(
 extern "C" __global__ void scale(const float* __restrict__ x, float* __restrict__ y, float a, int n) {
@@ -47,22 +51,6 @@ class Nvrtc : public testing::Test {
     std::string why;
     if (!driver::try_nvrtc(&why)) GTEST_SKIP() << "NVRTC is not available here: " << why;
   }
-};
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/normjit_nvrtc_test_XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
 };
 
 }  // namespace
