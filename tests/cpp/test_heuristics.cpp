@@ -442,6 +442,45 @@ TEST(Heuristics, BoundedSetSizes) {
   }
 }
 
+// The shared-memory ring of streamed kernels: only where the device has room for min_blocks CTAs
+// of it (else the cooperative launch would not be co-resident), only for 16-byte vectors (cp.async
+// copies 16 bytes), and on every built-in GPU the big NCDHW shapes get one where memory allows.
+TEST(Heuristics, RingFitsTheDeviceSharedMemory) {
+  size_t rings = 0;
+  for (const DeviceProfile& dev : builtin_profiles()) {
+    for (Direction d : {Direction::forward, Direction::backward})
+      for (Layout layout : {Layout::ncdhw, Layout::ndhwc})
+        for (DType dt : {DType::f32, DType::f16, DType::bf16})
+          for (bool residual : {false, true}) {
+            const FusionKey f = make_fusion(d, dt, DType::f32, layout, true, true, residual,
+                                            false, d == Direction::forward, Activation::leaky_relu);
+            for (const KernelConfig& c : enumerate_configs(f, Policy::bounded, dev)) {
+              if (c.stages == 0) {
+                EXPECT_EQ(ring_bytes(f, c), 0);
+                continue;
+              }
+              ++rings;
+              EXPECT_EQ(layout, Layout::ncdhw) << describe(c);
+              EXPECT_FALSE(c.cached) << describe(c);
+              EXPECT_EQ(c.group, c.threads) << describe(c);
+              EXPECT_EQ(int(c.vec) * dtype_size(dt), 16) << describe(c);
+              EXPECT_GE(c.stages, 2) << describe(c);
+              EXPECT_EQ(ring_bytes(f, c), int64_t(c.stages) * ring_tensors(f) * c.items * c.threads * 16);
+              // min_blocks CTAs of it, each with ~1 KB reserved by the driver and static smem.
+              EXPECT_LE(int64_t(c.min_blocks) * (ring_bytes(f, c) + 2048), dev.smem_per_sm)
+                  << dev.name << ": " << describe(f) << " / " << describe(c);
+            }
+          }
+  }
+  EXPECT_GT(rings, 0u);
+  // The (2,32,128^3) fp16 training forward streams through a ring on the H200.
+  ForwardArgs a = fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ncdhw, 256);
+  const CallKeys k = forward_keys(a);
+  const Launch l = choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded);
+  EXPECT_EQ(l.config.stages, 3) << describe(l.config);
+  EXPECT_EQ(ring_bytes(k.fusion, l.config), 3 * 4 * 512 * 16);
+}
+
 // ------------------------------------------------------------------------------- zero sizes
 // make_tensor gives PyTorch's strides, which treat a size-0 dim as size 1 ((2,32,8,8,0) has
 // strides (2048,64,8,1,1)); contiguous_tensor() multiplies the sizes as they are.
