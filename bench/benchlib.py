@@ -70,6 +70,22 @@ QUICK_SHAPES = ((2, 32, 128, 128, 128), (2, 128, 32, 32, 32), (2, 320, 4, 4, 4))
 # --------------------------------------------------------------------------------------------------
 
 
+def run_test_functions(namespace: dict) -> int:
+    """Runs every test_* function of a test module without pytest (scripts/run_tests.sh falls back
+    to this where pytest is missing); prints one line per test and returns the exit status."""
+    failures = 0
+    for name, fn in sorted(namespace.items()):
+        if name.startswith("test_") and callable(fn):
+            try:
+                fn()
+                print(f"ok   {name}")
+            except Exception as exc:  # noqa: BLE001
+                failures += 1
+                print(f"FAIL {name}: {type(exc).__name__}: {exc}")
+    print(f"{failures} failed")
+    return 1 if failures else 0
+
+
 def parse_shape(text: str) -> tuple[int, ...]:
     """Parse '2,32,128,128,128' (or '2x32x128x128x128', with optional parentheses) into a tuple."""
     cleaned = text.strip().strip("()[]").replace("x", ",").replace(" ", "")

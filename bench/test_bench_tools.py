@@ -507,14 +507,4 @@ def test_console_fits_with_every_benchmark():
 
 
 if __name__ == "__main__":
-    failures = 0
-    for name, fn in sorted(globals().items()):
-        if name.startswith("test_") and callable(fn):
-            try:
-                fn()
-                print(f"ok   {name}")
-            except Exception as exc:  # noqa: BLE001
-                failures += 1
-                print(f"FAIL {name}: {type(exc).__name__}: {exc}")
-    print(f"{failures} failed")
-    sys.exit(1 if failures else 0)
+    sys.exit(bl.run_test_functions(globals()))
