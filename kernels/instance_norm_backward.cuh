@@ -133,9 +133,32 @@ __device__ __forceinline__ void write_dx_tile(const NjParams& p, const Unit& u, 
   }
 }
 
+// dweight[c] and dbias[c] straight from this round's groups when units walk channel by channel
+// (p.channel_major: the host guarantees one chunk per instance and groups per CTA a multiple of N,
+// so the CTA holds all N samples of each of its channels): summed over n in order, like
+// finish_weight_grads, with no grid-wide pass. `buf` is 2 floats per group of shared memory.
+__device__ __forceinline__ void channel_weight_grads(const NjParams& p, idx_t round, int lane, const float (&sums)[2],
+                                                     float* buf) {
+  const int g = threadIdx.x / NJ_GROUP;
+  if (lane == 0) buf[2 * g] = sums[0], buf[2 * g + 1] = sums[1];
+  __syncthreads();
+  const int first = threadIdx.x * (int)p.N;  // this thread's channel: groups first .. first + N - 1
+  const idx_t unit = round * gridDim.x * NJ_GROUPS_PER_CTA + (idx_t)blockIdx.x * NJ_GROUPS_PER_CTA + first;
+  if (first < NJ_GROUPS_PER_CTA && unit < p.N * p.C) {
+    float sg = 0.f, sgx = 0.f;
+    for (int n = 0; n < (int)p.N; ++n) sg += buf[2 * (first + n)], sgx += buf[2 * (first + n) + 1];
+    const idx_t c = unit / p.N;
+    if (p.dweight) p.dweight[c] = sgx;
+    if (p.dbias) p.dbias[c] = sg;
+  }
+  __syncthreads();  // buf is rewritten by the next round
+}
+
 extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
 normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
   __shared__ float smem[2 * (NJ_WARPS > 0 ? NJ_WARPS : 1)];
+  __shared__ float merged[2];
+  __shared__ float channel_sums[2 * NJ_GROUPS_PER_CTA];
   __shared__ bool last_flag;
   const int lane = threadIdx.x % NJ_GROUP;
   const idx_t rounds = num_rounds(p);
@@ -170,21 +193,11 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
     }
     group_sum<2>(sums, smem);
 #endif
-    if (p.chunks > 1 && u.active) {
-      // Sum the chunks' partials: read in parallel, added by group_sum's fixed tree.
-      exchange_arrive_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, sums[0], sums[1],
-                               p.chunks);
-      sums[0] = 0.f, sums[1] = 0.f;
-      const float* part = p.partials + 2 * u.instance * p.chunks;
-      for (int j = threadIdx.x; j < p.chunks; j += NJ_THREADS) {
-        sums[0] += __ldcg(part + 2 * j);
-        sums[1] += __ldcg(part + 2 * j + 1);
-      }
-      group_sum<2>(sums, smem);
-      exchange_depart(p.counters, u.instance, p.chunks);
-    }
+    if (p.chunks > 1 && u.active) exchange_sum_partials(p, u, sums[0], sums[1], merged);  // the instance's sums
 #if NJ_AFFINE
-    if (u.active && u.chunk == 0 && lane == 0 && (p.dweight || p.dbias)) {
+    if (p.channel_major) {
+      channel_weight_grads(p, round, lane, sums, channel_sums);
+    } else if (u.active && u.chunk == 0 && lane == 0 && (p.dweight || p.dbias)) {
       p.scratch[2 * u.instance] = sums[0];
       p.scratch[2 * u.instance + 1] = sums[1];
     }
@@ -203,6 +216,6 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
 
   ring_finish();
 #if NJ_AFFINE
-  finish_weight_grads(p, &last_flag);
+  if (!p.channel_major) finish_weight_grads(p, &last_flag);
 #endif
 }

@@ -160,8 +160,8 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
       // Merge the chunks of this instance: mean = sum_j n_j mean_j / n, then
       // M2 = sum_j (M2_j + n_j (mean_j - mean)^2). The CTA's threads read the partials in
       // parallel and add them with group_sum's fixed tree: identical bits in every peer CTA.
-      exchange_arrive_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, mean, m2,
-                               p.chunks);
+      exchange_cta_publish_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, mean, m2,
+                                    p.chunks);
       const float* part = p.partials + 2 * u.instance * p.chunks;
       count = (float)p.spatial;
       float acc[1] = {0.f};

@@ -47,4 +47,6 @@ struct NjParams {
   float momentum;
   float act_param;         // leaky_relu slope
   float inv_spatial;       // 1 / spatial
+  int reverse_output;      // streamed NDHWC kernels: the output pass walks each chunk backwards
+  int channel_major;       // NCDHW backward: units walk (c, n) with n fastest (see make_unit)
 };

@@ -163,6 +163,8 @@ struct Plan {
   CUcontext context = nullptr;
   unsigned grid = 0, threads = 0, smem = 0;
   bool cooperative = false;
+  bool channel_major = false;
+  bool reverse_output = true;
   int chunks = 1;
   int chunk_vectors = 0;
   int64_t counters = 0, partials = 0, scratch = 0;
@@ -179,6 +181,8 @@ Plan make_plan(const Launch& l, const LoadedKernel& k, const DeviceState& dev) {
   p.threads = l.config.threads;
   p.smem = unsigned(k.dynamic_smem);
   p.cooperative = l.cooperative;
+  p.channel_major = l.channel_major;
+  p.reverse_output = output_pass_reversed();
   p.chunks = l.chunks;
   if (l.chunk_vectors > 0x7fffffff)
     throw Error("normjit: internal: " + std::to_string(l.chunk_vectors) +
@@ -209,6 +213,8 @@ void launch_plan(const Plan& plan, int device, NjParams& params, void* stream) {
   }
   params.chunks = plan.chunks;
   params.chunk_vectors = plan.chunk_vectors;
+  params.channel_major = plan.channel_major;
+  params.reverse_output = plan.reverse_output;
   void* args[] = {&params};
   CUresult r;
   if (plan.cooperative) {

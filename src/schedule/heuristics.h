@@ -34,6 +34,9 @@ const char* policy_name(Policy p);
 // sized to L2 (the default, faster as measured; NORMJIT_SPLIT=registers selects the former).
 enum class SplitMode : uint8_t { registers = 0, l2 = 1 };
 SplitMode split_mode();
+// Whether the streamed channels-last kernels walk each chunk backwards in their output pass (the
+// default; NORMJIT_OUTPUT_ORDER=forward walks it forwards, for comparison). Read once per process.
+bool output_pass_reversed();
 
 struct Launch {
   KernelConfig config = zeroed<KernelConfig>();
@@ -44,6 +47,9 @@ struct Launch {
   int64_t counters = 0;        // workspace sizes (elements), 0 = not needed
   int64_t partials = 0;
   int64_t scratch = 0;
+  // Instances walked channel by channel (n fastest), so that every CTA holds all N samples of its
+  // channels and sums the backward's dweight/dbias itself, without a grid-wide finishing pass.
+  bool channel_major = false;
   const char* tier = "";       // the size tier, for explain
 };
 

@@ -41,6 +41,9 @@ std::vector<Case> cases() {
   out.push_back({{1, 32, 64, 64, 64}, DType::f16, true});         // channels-last split
   out.push_back({{2, 320, 4, 4, 4}, DType::f16, false});          // nnU-Net deep stage
   out.push_back({{2, 320, 4, 4, 4}, DType::f16, true});
+  // Backward walking channel by channel (dweight/dbias summed in the CTA): N = 4, 8 per CTA.
+  out.push_back({{4, 24, 8, 8, 8}, DType::bf16, false});
+  out.push_back({{2, 320, 8, 8, 8}, DType::f32, false, true, A::silu, true});
   return out;
 }
 

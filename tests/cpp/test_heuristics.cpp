@@ -203,6 +203,28 @@ TEST(Heuristics, SmallInstancesShareACta) {
   EXPECT_EQ(l.chunks, 1);
 }
 
+TEST(Heuristics, DeepBackwardSumsWeightGradsPerCta) {
+  // Where a CTA's groups can hold all N samples of their channels, the backward walks instances
+  // channel by channel and needs no grid-wide pass (no scratch, no grid counter).
+  for (const Shape& s : {Shape{2, 320, 4, 4, 4}, Shape{2, 320, 8, 8, 8}, Shape{1, 256, 16, 16, 16}}) {
+    const Launch l = launch_for(backward_keys(bwd_args(s)));
+    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) + ": " + l.tier);
+    EXPECT_TRUE(l.channel_major);
+    EXPECT_EQ(l.scratch, 0);
+    EXPECT_EQ(l.counters, 0);
+  }
+  // Not where a CTA holds one instance of N = 2, nor for splits, nor without affine, nor forward.
+  EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 256, 16, 16, 16}))).channel_major);
+  EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 32, 128, 128, 128}))).channel_major);
+  EXPECT_FALSE(launch_for(backward_keys(bwd_args({3, 320, 4, 4, 4}))).channel_major);  // 32 groups, N = 3
+  BackwardArgs plain = bwd_args({2, 320, 4, 4, 4});
+  plain.weight = plain.bias = TensorArg{};
+  plain.dweight = plain.dbias = nullptr;
+  EXPECT_FALSE(launch_for(backward_keys(plain)).channel_major);
+  EXPECT_FALSE(launch_for(forward_keys(fwd_args({2, 320, 4, 4, 4}))).channel_major);
+  EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 320, 4, 4, 4}, DType::f16, Layout::ndhwc))).channel_major);
+}
+
 // ---------------------------------------------------------------------------------- splits
 TEST(Heuristics, BigShapeForwardIsACooperativeSplit) {
   // nnU-Net stage 0: 64 instances of 2M elements. With NORMJIT_SPLIT=registers each instance is

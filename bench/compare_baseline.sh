@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# A/B on one GPU in one run: the kernel benchmark on a baseline source tree and on this one,
+# alternating, each variant in its own process with a fresh disk cache.
+#
+# Usage (on the GPU machine, from the repository root):
+#   git archive BASE_COMMIT --prefix=.baseline/ | tar x     # here; carry .baseline to the device
+#   bench/compare_baseline.sh .baseline [bench_instance_norm.py args...]
+#
+# Variants (OUT/<name>.md and .json each): "base" (the baseline tree, installed with pip --target
+# into a scratch folder that PYTHONPATH puts first) and "new" (this tree, installed as usual), then
+# one per extra environment setting in COMPARE_ENVS, e.g.
+#   COMPARE_ENVS="NORMJIT_OUTPUT_ORDER=forward" bench/compare_baseline.sh .baseline --quick
+# runs "new_NORMJIT_OUTPUT_ORDER_forward" too. ROUNDS (default 2) repeats the whole sequence, so
+# that drift of the GPU shows up as disagreement between rounds rather than as a difference.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
+BASE_SRC=${1:?usage: bench/compare_baseline.sh BASELINE_SRC_DIR [bench args...]}
+shift
+OUT=${OUT:-$PWD/compare_out}
+TMP=${COMPARE_TMP:-/tmp/normjit-compare}
+ROUNDS=${ROUNDS:-2}
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+mkdir -p "$OUT" "$TMP"
+
+if ! (cd /tmp && "$PY" -c 'import normjit' 2>/dev/null); then
+  "$PY" -m pip install -q --no-build-isolation --no-deps . >"$TMP/install_new.log" 2>&1 ||
+    { tail -30 "$TMP/install_new.log"; exit 1; }
+fi
+rm -rf "$TMP/base_site"
+"$PY" -m pip install -q --no-build-isolation --no-deps --target "$TMP/base_site" "$BASE_SRC" \
+  >"$TMP/install_base.log" 2>&1 || { tail -30 "$TMP/install_base.log"; exit 1; }
+
+run_variant() {  # NAME ROUND PYTHONPATH_PREFIX [ENV=VALUE]
+  local name=$1 round=$2 path=$3
+  shift 3
+  local cache=$TMP/cache-$name-$round
+  rm -rf "$cache"
+  echo "=== $name (round $round)"
+  env "$@" NORMJIT_CACHE_DIR="$cache" PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" \
+    "$PY" bench/bench_instance_norm.py --peers normjit --no-plot --out "$TMP/$name-$round" "${BENCH_ARGS[@]}" |
+    grep -E '^\| [0-9]' || true
+  cp "$TMP/$name-$round/results.md" "$OUT/$name-$round.md" 2>/dev/null
+  cp "$TMP/$name-$round/results.json" "$OUT/$name-$round.json" 2>/dev/null
+}
+
+BENCH_ARGS=("$@")
+for round in $(seq 1 "$ROUNDS"); do
+  run_variant base "$round" "$TMP/base_site"
+  run_variant new "$round" ""
+  for e in ${COMPARE_ENVS:-}; do run_variant "new_${e//[^A-Za-z0-9]/_}" "$round" "" "$e"; done
+done
