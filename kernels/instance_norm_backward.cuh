@@ -6,8 +6,9 @@
 //   dresidual = g;  dweight[c] = sum_n sum(g * xhat);  dbias[c] = sum_n sum(g)
 // Per instance we need sum(g) and sum(g * xhat); like the forward, a chunk's x and dy stay in
 // registers (NJ_CACHED) or are streamed twice, and split instances merge partial sums in chunk
-// order. dweight/dbias are reduced over N by the last CTA in a fixed order: no atomics on floats,
-// the same bits on every run.
+// order (or, with NJ_RESIDENT, stay in shared memory in a pipeline of chunks: resident_split.cuh,
+// backward_resident below). dweight/dbias are reduced over N by the last CTA in a fixed order: no
+// atomics on floats, the same bits on every run.
 #include "common.cuh"
 
 struct BwdContext {
@@ -36,6 +37,7 @@ __device__ __forceinline__ float grad_at(const BwdContext& s, float x, float dy,
 #define NJ_RING_TENSORS 2
 #endif
 #include "tile_ring.cuh"
+#include "resident_split.cuh"
 
 struct BwdTile {
   vec_t x[NJ_ITEMS];
@@ -63,7 +65,7 @@ __device__ __forceinline__ void load_bwd_tile(const NjParams& p, const Unit& u, 
 // The next tile of a streamed pass: from the ring (in flight for a while already), else loaded now.
 __device__ __forceinline__ void stream_bwd_tile(const NjParams& p, TileRing& ring, const Unit& u, idx_t tb, int lane,
                                                 BwdTile& t) {
-#if NJ_STAGES > 0
+#if NJ_RING
   (void)u, (void)tb, (void)lane;
 #if NJ_NEEDS_RESIDUAL
   ring_take(p, ring, t.x, t.dy, t.res);
@@ -154,31 +156,100 @@ __device__ __forceinline__ void channel_weight_grads(const NjParams& p, idx_t ro
   __syncthreads();  // buf is rewritten by the next round
 }
 
-extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
-normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
-  __shared__ float smem[2 * (NJ_WARPS > 0 ? NJ_WARPS : 1)];
-  __shared__ float merged[2];
-  __shared__ float channel_sums[2 * NJ_GROUPS_PER_CTA];
-  __shared__ bool last_flag;
+// The saved statistics and affine parameters of u's instance.
+__device__ __forceinline__ BwdContext bwd_context(const NjParams& p, const Unit& u) {
+  BwdContext s;
+  s.mean = u.active ? p.save_mean[u.instance] : 0.f;
+  s.rstd = u.active ? p.save_rstd[u.instance] : 0.f;
+#if NJ_AFFINE
+  s.w = u.active ? load_weight(p.weight, u.channel) : 0.f;
+  s.b = u.active ? load_weight(p.bias, u.channel) : 0.f;
+#else
+  s.w = 1.f, s.b = 0.f;
+#endif
+  return s;
+}
+
+// Chunk 0 of an instance leaves its (sum g, sum g * xhat) for the dweight/dbias pass.
+__device__ __forceinline__ void keep_weight_sums(const NjParams& p, const Unit& u, int lane, const float (&sums)[2]) {
+#if NJ_AFFINE
+  if (u.active && u.chunk == 0 && lane == 0 && (p.dweight || p.dbias)) {
+    p.scratch[2 * u.instance] = sums[0];
+    p.scratch[2 * u.instance + 1] = sums[1];
+  }
+#else
+  (void)p, (void)u, (void)lane, (void)sums;
+#endif
+}
+
+// This thread's vectors of one slot of the resident split (resident_split.cuh) into t.
+#if NJ_RESIDENT
+__device__ __forceinline__ void resident_take_tile(idx_t step, bool landed, BwdTile& t) {
+#if NJ_NEEDS_RESIDUAL
+  vec_t* res = t.res;
+#else
+  vec_t* res = nullptr;
+#endif
+  if (landed)
+    resident_take_landed(step, t.x, t.dy, res);
+  else
+    resident_take(step, t.x, t.dy, res);
+}
+
+// The resident split's pipeline: phases A, B and C of every step (see resident_split.cuh).
+__device__ __forceinline__ void backward_resident(const NjParams& p, float* smem, unsigned tag) {
+  const idx_t steps = num_rounds(p);
+  const void* src[3] = {p.x, p.dy, p.residual};
+  for (idx_t step = 0; step < steps + NJ_OUTPUT_LAG; ++step) {
+    // A: this step's chunk, and the partials that phase C will add, start loading.
+    resident_load(p, step, src);
+    const Unit uc = resident_output_unit(p, step, steps);
+    const TaggedPair peek = resident_peek(p, uc);
+    if (step >= 1 && step <= steps) {
+      // B: the chunk's (sum g, sum g * xhat), to its peers.
+      const Unit u = make_unit(p, step - 1);
+      if (u.active) {  // the same for every thread: one unit per CTA
+        const BwdContext s = bwd_context(p, u);
+        BwdTile t;
+        resident_take_tile(step - 1, true, t);
+        float sums[2] = {0.f, 0.f};
+        accumulate_tile(p, s, u.v_begin, u.v_end, threadIdx.x, t, sums);
+        group_sum<2>(sums, smem);
+        if (threadIdx.x == 0) resident_publish(p, u, tag, sums[0], sums[1]);
+      }
+    }
+    if (uc.active) {
+      // C: the instance's sums (thread j holds chunk j's, added in group_sum's fixed tree), then
+      // dx of the chunk loaded NJ_OUTPUT_LAG steps ago.
+      const BwdContext s = bwd_context(p, uc);
+      float sums[2];
+      resident_settle(p, uc, tag, peek, sums[0], sums[1]);
+      group_sum<2>(sums, smem);
+      keep_weight_sums(p, uc, threadIdx.x, sums);
+      BwdTile t;
+      resident_take_tile(step - NJ_OUTPUT_LAG, false, t);
+      write_dx_tile(p, uc, s, uc.v_begin, threadIdx.x, t, sums[0] * p.inv_spatial, sums[1] * p.inv_spatial);
+    }
+  }
+  nj_cp_async_wait<0>();
+}
+#endif
+
+#if !NJ_RESIDENT
+// Rounds of units: every group loads (or streams) its chunk, sums, exchanges with its peers and
+// writes dx, round after round.
+__device__ __forceinline__ void backward_rounds(const NjParams& p, float* smem, float* merged, float* channel_sums) {
   const int lane = threadIdx.x % NJ_GROUP;
   const idx_t rounds = num_rounds(p);
   constexpr idx_t kTile = (idx_t)NJ_GROUP * NJ_ITEMS;
   TileRing ring;
-#if NJ_STAGES > 0
+#if NJ_RING
   ring_start(p, ring, p.x, p.dy, p.residual);
 #endif
 
   for (idx_t round = 0; round < rounds; ++round) {
     const Unit u = make_unit(p, round);
-    BwdContext s;
-    s.mean = u.active ? p.save_mean[u.instance] : 0.f;
-    s.rstd = u.active ? p.save_rstd[u.instance] : 0.f;
-#if NJ_AFFINE
-    s.w = u.active ? load_weight(p.weight, u.channel) : 0.f;
-    s.b = u.active ? load_weight(p.bias, u.channel) : 0.f;
-#else
-    s.w = 1.f, s.b = 0.f;
-#endif
+    const BwdContext s = bwd_context(p, u);
     float sums[2] = {0.f, 0.f};
 #if NJ_CACHED
     BwdTile t;
@@ -197,10 +268,11 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
 #if NJ_AFFINE
     if (p.channel_major) {
       channel_weight_grads(p, round, lane, sums, channel_sums);
-    } else if (u.active && u.chunk == 0 && lane == 0 && (p.dweight || p.dbias)) {
-      p.scratch[2 * u.instance] = sums[0];
-      p.scratch[2 * u.instance + 1] = sums[1];
+    } else {
+      keep_weight_sums(p, u, lane, sums);
     }
+#else
+    (void)channel_sums;
 #endif
     const float mean_g = sums[0] * p.inv_spatial, mean_gx = sums[1] * p.inv_spatial;
 #if NJ_CACHED
@@ -215,7 +287,33 @@ normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
   }
 
   ring_finish();
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
+normjit_instance_norm_backward(const __grid_constant__ NjParams p) {
+  __shared__ float smem[2 * (NJ_WARPS > 0 ? NJ_WARPS : 1)];
+  __shared__ float merged[2];
+  __shared__ float channel_sums[2 * NJ_GROUPS_PER_CTA];
+  __shared__ bool last_flag;
+#if NJ_RESIDENT
+  (void)channel_sums, (void)merged;
+  const unsigned tag = resident_tag(p);
+  backward_resident(p, smem, tag);
+  // The last CTA: dweight/dbias, and the exchange's generation for the next launch.
+  if (last_cta_arrive(grid_counter(p), &last_flag)) {
+#if NJ_AFFINE
+    update_weight_grads(p);
+#endif
+    resident_advance_generation(p, tag);
+    last_cta_done(grid_counter(p));
+  }
+#else
+  backward_rounds(p, smem, merged, channel_sums);
 #if NJ_AFFINE
   if (!p.channel_major) finish_weight_grads(p, &last_flag);
+#else
+  (void)last_flag;
+#endif
 #endif
 }

@@ -8,13 +8,17 @@
 // robust when mean >> std. When an instance is larger than one CTA can hold, `chunks` CTAs split
 // it and merge their (mean, M2) partials with Chan's formula in chunk order (see common.cuh).
 // Without NJ_CACHED (instances too large for the co-resident CTAs to hold) each CTA streams its
-// chunk twice: once for statistics (per-tile two-pass, Chan-merged), once to normalise.
+// chunk twice: once for statistics (per-tile two-pass, Chan-merged), once to normalise. With
+// NJ_RESIDENT each chunk stays in shared memory between the two, in a pipeline of chunks
+// (resident_split.cuh, forward_resident below).
 //
 // Compile-time switches besides common.cuh's: NJ_TRAIN (batch statistics; else running stats),
-// NJ_AFFINE, NJ_RESIDUAL, NJ_RUNNING (update running stats), NJ_SAVE (write mean/rstd), NJ_CACHED.
+// NJ_AFFINE, NJ_RESIDUAL, NJ_RUNNING (update running stats), NJ_SAVE (write mean/rstd), NJ_CACHED,
+// NJ_RESIDENT.
 #include "common.cuh"
 #define NJ_RING_TENSORS 1
 #include "tile_ring.cuh"
+#include "resident_split.cuh"
 
 // Two-pass statistics of the vectors a thread holds: returns the group's (count, mean, m2).
 __device__ __forceinline__ void tile_stats(const vec_t (&xr)[NJ_ITEMS], idx_t tile_begin, idx_t v_end, int lane,
@@ -89,7 +93,7 @@ __device__ __forceinline__ void load_tile(const NjParams& p, const Unit& u, idx_
 // The next tile of a streamed pass: from the ring (in flight for a while already), else loaded now.
 __device__ __forceinline__ void stream_tile(const NjParams& p, TileRing& ring, const Unit& u, idx_t t, int lane,
                                             vec_t (&xr)[NJ_ITEMS]) {
-#if NJ_STAGES > 0
+#if NJ_RING
   (void)u, (void)t, (void)lane;
   ring_take(p, ring, xr, nullptr, nullptr);
 #else
@@ -123,15 +127,114 @@ __device__ __forceinline__ void normalize_tile(const NjParams& p, const Unit& u,
   }
 }
 
-extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
-normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
-  __shared__ float smem[NJ_WARPS > 0 ? NJ_WARPS : 1];
-  __shared__ bool last_flag;
+// Every thread, once all partials of u's instance are published: the instance's (mean, M2) from
+// its chunks' (mean_j, M2_j): mean = sum_j n_j mean_j / n, then M2 = sum_j (M2_j + n_j (mean_j -
+// mean)^2). The CTA's threads read the partials in parallel and add them with group_sum's fixed
+// tree: identical bits in every peer CTA. Leaves the exchange.
+__device__ __forceinline__ void merge_chunk_stats(const NjParams& p, const Unit& u, float* smem, float& mean,
+                                                  float& m2) {
+  const float* part = p.partials + 2 * u.instance * p.chunks;
+  const float count = (float)p.spatial;
+  float acc[1] = {0.f};
+  for (int j = threadIdx.x; j < p.chunks; j += NJ_THREADS) acc[0] += chunk_count(p, j) * __ldcg(part + 2 * j);
+  group_sum<1>(acc, smem);
+  mean = acc[0] / count;
+  acc[0] = 0.f;
+  for (int j = threadIdx.x; j < p.chunks; j += NJ_THREADS) {
+    const float d = __ldcg(part + 2 * j) - mean;
+    acc[0] += __ldcg(part + 2 * j + 1) + chunk_count(p, j) * d * d;
+  }
+  group_sum<1>(acc, smem);
+  m2 = acc[0];
+  exchange_depart(p.counters, u.instance, p.chunks);
+}
+
+// The instance's rstd from its (mean, M2) over `count` elements; chunk 0 saves mean/rstd and
+// leaves (mean, biased var) for the running-stats pass.
+__device__ __forceinline__ float instance_rstd(const NjParams& p, const Unit& u, int lane, float mean, float m2,
+                                               float count) {
+  const float var = count > 0.f ? m2 / count : 0.f;
+  const float rstd = rsqrtf(var + p.eps);
+  if (u.active && u.chunk == 0 && lane == 0) {
+#if NJ_SAVE
+    p.save_mean[u.instance] = mean;
+    p.save_rstd[u.instance] = rstd;
+#endif
+#if NJ_RUNNING
+    p.scratch[2 * u.instance] = mean;
+    p.scratch[2 * u.instance + 1] = var;
+#endif
+  }
+  (void)p, (void)mean;
+  return rstd;
+}
+
+// y = z * scale + shift before the residual and activation, z = x - mean.
+__device__ __forceinline__ void affine_scale_shift(const NjParams& p, const Unit& u, float rstd, float& scale,
+                                                   float& shift) {
+#if NJ_AFFINE
+  scale = u.active ? rstd * load_weight(p.weight, u.channel) : 0.f;
+  shift = u.active ? load_weight(p.bias, u.channel) : 0.f;
+#else
+  (void)p, (void)u;
+  scale = rstd, shift = 0.f;
+#endif
+}
+
+#if NJ_RESIDENT
+// The resident split's pipeline (resident_split.cuh): phases A, B and C of every step.
+__device__ __forceinline__ void forward_resident(const NjParams& p, float* smem, unsigned tag) {
+  const idx_t steps = num_rounds(p);
+  const void* src[1] = {p.x};
+  for (idx_t step = 0; step < steps + NJ_OUTPUT_LAG; ++step) {
+    // A: this step's chunk, and the partials that phase C will merge, start loading.
+    resident_load(p, step, src);
+    const Unit uc = resident_output_unit(p, step, steps);
+    const TaggedPair peek = resident_peek(p, uc);
+    if (step >= 1 && step <= steps) {
+      // B: the statistics of the chunk that landed, two-pass in registers, to its peers.
+      const Unit u = make_unit(p, step - 1);
+      if (u.active) {  // the same for every thread: one unit per CTA
+        vec_t xr[NJ_ITEMS];
+        resident_take_landed(step - 1, xr, nullptr, nullptr);
+        float tn = 0.f, tmean = 0.f, tm2 = 0.f, mean, m2;
+        thread_tile_stats(xr, u.v_begin, u.v_end, threadIdx.x, tn, tmean, tm2);
+        group_merge_stats(tn, tmean, tm2, chunk_count(p, u.chunk), smem, mean, m2);
+        if (threadIdx.x == 0) resident_publish(p, u, tag, mean, m2);
+      }
+    }
+    if (uc.active) {
+      // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's), as in
+      // merge_chunk_stats; then the output of the chunk loaded NJ_OUTPUT_LAG steps ago.
+      float mean_j, m2_j;
+      resident_settle(p, uc, tag, peek, mean_j, m2_j);
+      const float n_j = threadIdx.x < p.chunks ? chunk_count(p, (int)threadIdx.x) : 0.f;
+      float acc[1] = {n_j * mean_j};
+      group_sum<1>(acc, smem);
+      const float mean = acc[0] / (float)p.spatial;
+      const float d = mean_j - mean;
+      acc[0] = m2_j + n_j * d * d;
+      group_sum<1>(acc, smem);
+      float scale, shift;
+      affine_scale_shift(p, uc, instance_rstd(p, uc, threadIdx.x, mean, acc[0], (float)p.spatial), scale, shift);
+      vec_t xr[NJ_ITEMS];
+      resident_take(step - NJ_OUTPUT_LAG, xr, nullptr, nullptr);
+      normalize_tile(p, uc, uc.v_begin, threadIdx.x, xr, mean, scale, shift);
+    }
+  }
+  nj_cp_async_wait<0>();
+}
+#endif
+
+#if !NJ_RESIDENT
+// Rounds of units: every group loads (or streams) its chunk, reduces, exchanges with its peers and
+// writes, round after round.
+__device__ __forceinline__ void forward_rounds(const NjParams& p, float* smem) {
   const int lane = threadIdx.x % NJ_GROUP;
   const idx_t rounds = num_rounds(p);
   constexpr idx_t kTile = (idx_t)NJ_GROUP * NJ_ITEMS;
   TileRing ring;
-#if NJ_STAGES > 0
+#if NJ_RING
   ring_start(p, ring, p.x, nullptr, nullptr);
 #endif
 
@@ -157,49 +260,19 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
     group_merge_stats(tn, tmean, tm2, count, smem, mean, m2);
 #endif
     if (p.chunks > 1 && u.active) {
-      // Merge the chunks of this instance: mean = sum_j n_j mean_j / n, then
-      // M2 = sum_j (M2_j + n_j (mean_j - mean)^2). The CTA's threads read the partials in
-      // parallel and add them with group_sum's fixed tree: identical bits in every peer CTA.
       exchange_cta_publish_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, mean, m2,
                                     p.chunks);
-      const float* part = p.partials + 2 * u.instance * p.chunks;
+      merge_chunk_stats(p, u, smem, mean, m2);
       count = (float)p.spatial;
-      float acc[1] = {0.f};
-      for (int j = threadIdx.x; j < p.chunks; j += NJ_THREADS) acc[0] += chunk_count(p, j) * __ldcg(part + 2 * j);
-      group_sum<1>(acc, smem);
-      mean = acc[0] / count;
-      acc[0] = 0.f;
-      for (int j = threadIdx.x; j < p.chunks; j += NJ_THREADS) {
-        const float d = __ldcg(part + 2 * j) - mean;
-        acc[0] += __ldcg(part + 2 * j + 1) + chunk_count(p, j) * d * d;
-      }
-      group_sum<1>(acc, smem);
-      m2 = acc[0];
-      exchange_depart(p.counters, u.instance, p.chunks);
     }
-    const float var = count > 0.f ? m2 / count : 0.f;
-    rstd = rsqrtf(var + p.eps);
-    if (u.active && u.chunk == 0 && lane == 0) {
-#if NJ_SAVE
-      p.save_mean[u.instance] = mean;
-      p.save_rstd[u.instance] = rstd;
-#endif
-#if NJ_RUNNING
-      p.scratch[2 * u.instance] = mean;
-      p.scratch[2 * u.instance + 1] = var;
-#endif
-    }
+    rstd = instance_rstd(p, u, lane, mean, m2, count);
 #else   // eval: running statistics
     mean = u.active ? p.running_mean[u.channel] : 0.f;
     rstd = u.active ? rsqrtf(p.running_var[u.channel] + p.eps) : 0.f;
 #endif
 
-#if NJ_AFFINE
-    const float scale = u.active ? rstd * load_weight(p.weight, u.channel) : 0.f;
-    const float shift = u.active ? load_weight(p.bias, u.channel) : 0.f;
-#else
-    const float scale = rstd, shift = 0.f;
-#endif
+    float scale, shift;
+    affine_scale_shift(p, u, rstd, scale, shift);
 
 #if NJ_TRAIN && NJ_CACHED
     normalize_tile(p, u, u.v_begin, lane, xr, mean, scale, shift);
@@ -213,7 +286,30 @@ normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
   }
 
   ring_finish();
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
+normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
+  __shared__ float smem[NJ_WARPS > 0 ? NJ_WARPS : 1];
+  __shared__ bool last_flag;
+#if NJ_RESIDENT
+  const unsigned tag = resident_tag(p);
+  forward_resident(p, smem, tag);
+  // The last CTA: running statistics, and the exchange's generation for the next launch.
+  if (last_cta_arrive(grid_counter(p), &last_flag)) {
+#if NJ_RUNNING
+    update_running_stats(p);
+#endif
+    resident_advance_generation(p, tag);
+    last_cta_done(grid_counter(p));
+  }
+#else
+  forward_rounds(p, smem);
 #if NJ_TRAIN && NJ_RUNNING
   finish_running_stats(p, &last_flag);
+#else
+  (void)last_flag;
+#endif
 #endif
 }

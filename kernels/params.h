@@ -31,6 +31,10 @@ struct NjParams {
   unsigned* counters;      // 2 per instance + 1 global
   float* partials;         // instances * chunks * 2
   float* scratch;          // instances * 2 (per-instance sums for dweight/dbias or biased var)
+  // The resident split's exchange (kernels/resident_split.cuh): word 0 the launch generation,
+  // then 2 tagged words per chunk; exchange_words is the region's whole size.
+  unsigned long long* exchange;
+  nj_i64 exchange_words;
 
   // Shape. An instance is (n, c); element s of instance (n, c) is at
   //   n * stride_n + c * stride_c + s * stride_s      (s in [0, spatial))

@@ -11,13 +11,13 @@
 // sequence the consumer will ask for: for every round, the chunk's tiles once per pass
 // (NJ_RING_PASSES: 2 when training — statistics and output — else 1).
 //
-// Ring layout (bytes, dynamic shared memory): slot (stage, tensor, item) of thread t at
-//   (((stage * NJ_RING_TENSORS + tensor) * NJ_ITEMS + item) * NJ_THREADS + t) * 16
-// so a warp's 16-byte accesses are contiguous (conflict-free). The host sizes it with the same
-// formula (schedule/heuristics.cpp ring_bytes).
+// Storage and copies: smem_slots.cuh (included outside the #if: codegen expands each file once).
 #pragma once
+#include "smem_slots.cuh"
 
-#if NJ_STAGES > 0
+// NJ_RING: the kernel streams through the ring (the resident split uses the slots its own way).
+#define NJ_RING (NJ_STAGES > 0 && !NJ_RESIDENT)
+#if NJ_RING
 #if NJ_CACHED || NJ_GROUP != NJ_THREADS || NJ_STAGES < 2
 #error "the tile ring serves streamed kernels whose group is the whole CTA, with at least 2 stages"
 #endif
@@ -27,24 +27,7 @@
 #else
 #define NJ_RING_PASSES 1
 #endif
-
-extern __shared__ __align__(16) unsigned char nj_ring[];
-
-__device__ __forceinline__ unsigned nj_smem_address(const void* p) {
-  unsigned long long a;
-  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-  return (unsigned)a;
-}
-
-// 16 bytes global -> shared, or 16 zero bytes when !valid (nothing is read).
-__device__ __forceinline__ void nj_cp_async16(unsigned dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void nj_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void nj_cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
+static_assert(sizeof(vec_t) == 16, "the tile ring moves 16-byte vectors");
 
 struct TileRing {
   const void* src[NJ_RING_TENSORS];  // the streamed tensors (x; x, dy; x, dy, residual)
@@ -56,10 +39,6 @@ struct TileRing {
   // Consumer position: tiles taken so far.
   unsigned taken;
 };
-
-__device__ __forceinline__ unsigned ring_offset(int stage, int tensor, int item) {
-  return ((((unsigned)stage * NJ_RING_TENSORS + tensor) * NJ_ITEMS + item) * NJ_THREADS + threadIdx.x) * 16u;
-}
 
 // Moves the producer cursor to the next non-empty tile (or marks the sequence done).
 __device__ __forceinline__ void ring_advance(const NjParams& p, TileRing& r, idx_t step) {
@@ -81,16 +60,7 @@ __device__ __forceinline__ void ring_advance(const NjParams& p, TileRing& r, idx
 // cp.async group — always exactly one, so wait_group counts tiles.
 __device__ __forceinline__ void ring_produce(const NjParams& p, TileRing& r, int stage) {
   constexpr idx_t kTile = (idx_t)NJ_THREADS * NJ_ITEMS;
-#pragma unroll
-  for (int i = 0; i < NJ_ITEMS; ++i) {
-    const idx_t v = r.t + (idx_t)i * NJ_THREADS + threadIdx.x;
-    const bool valid = !r.done && v < r.u.v_end;
-    const idx_t e = valid ? r.u.base + v * NJ_VEC : 0;
-#pragma unroll
-    for (int k = 0; k < NJ_RING_TENSORS; ++k)
-      nj_cp_async16(nj_smem_address(nj_ring) + ring_offset(stage, k, i),
-                    reinterpret_cast<const data_t*>(r.src[k]) + e, valid);
-  }
+  slots_copy_tile(r.src, r.u.base, r.t, r.u.v_end, !r.done, stage);
   nj_cp_async_commit();
   if (!r.done) ring_advance(p, r, kTile);
 }
@@ -120,14 +90,8 @@ __device__ __forceinline__ void ring_start(const NjParams& p, TileRing& r, const
 
 // The next tile of the sequence into registers (tensor k into out_k); refills the ring.
 __device__ __forceinline__ void ring_take(const NjParams& p, TileRing& r, vec_t* out0, vec_t* out1, vec_t* out2) {
-  static_assert(sizeof(vec_t) == 16, "the tile ring moves 16-byte vectors");
   nj_cp_async_wait<NJ_STAGES - 2>();  // the oldest tile in flight has landed
-  const int stage = (int)(r.taken % NJ_STAGES);
-  vec_t* outs[3] = {out0, out1, out2};
-#pragma unroll
-  for (int k = 0; k < NJ_RING_TENSORS; ++k)
-#pragma unroll
-    for (int i = 0; i < NJ_ITEMS; ++i) outs[k][i] = *reinterpret_cast<const vec_t*>(nj_ring + ring_offset(stage, k, i));
+  slots_read((int)(r.taken % NJ_STAGES), out0, out1, out2);
   ring_produce(p, r, (int)((r.taken + NJ_STAGES - 1) % NJ_STAGES));
   ++r.taken;
 }

@@ -77,6 +77,7 @@ KernelSource generate(const FusionKey& f, const KernelConfig& c) {
   def("NJ_CACHED", c.cached);
   def("NJ_INDEX64", c.index64);
   def("NJ_STAGES", c.stages);
+  def("NJ_RESIDENT", c.resident);
   s << expand_template(file);
   k.source = s.str();
   return k;

@@ -167,7 +167,7 @@ struct Plan {
   bool reverse_output = true;
   int chunks = 1;
   int chunk_vectors = 0;
-  int64_t counters = 0, partials = 0, scratch = 0;
+  int64_t counters = 0, partials = 0, scratch = 0, exchange = 0;
 };
 
 std::shared_mutex g_plans_mutex;
@@ -188,7 +188,7 @@ Plan make_plan(const Launch& l, const LoadedKernel& k, const DeviceState& dev) {
     throw Error("normjit: internal: " + std::to_string(l.chunk_vectors) +
                 " vectors per chunk overflow the kernel's int");
   p.chunk_vectors = int(l.chunk_vectors);
-  p.counters = l.counters, p.partials = l.partials, p.scratch = l.scratch;
+  p.counters = l.counters, p.partials = l.partials, p.scratch = l.scratch, p.exchange = l.exchange;
   if (l.grid <= 0 || l.grid > 0x7fffffff) throw Error("normjit: internal: grid of " + std::to_string(l.grid) + " CTAs");
   p.grid = unsigned(l.grid);
   if (l.cooperative && l.grid > int64_t(k.max_blocks_per_sm) * dev.profile.sms)
@@ -205,11 +205,13 @@ void launch_plan(const Plan& plan, int device, NjParams& params, void* stream) {
   cu.cuCtxGetCurrent(&current);
   if (current != plan.context) driver::check_cuda(cu.cuCtxSetCurrent(plan.context), "cuCtxSetCurrent");
 
-  if (plan.counters || plan.partials || plan.scratch) {
-    const Workspace w = get_workspace(device, stream, plan.counters, plan.partials, plan.scratch);
+  if (plan.counters || plan.partials || plan.scratch || plan.exchange) {
+    const Workspace w = get_workspace(device, stream, plan.counters, plan.partials, plan.scratch, plan.exchange);
     params.counters = w.counters;
     params.partials = w.partials;
     params.scratch = w.scratch;
+    params.exchange = w.exchange;
+    params.exchange_words = w.exchange_words;
   }
   params.chunks = plan.chunks;
   params.chunk_vectors = plan.chunk_vectors;

@@ -65,7 +65,7 @@ FusionKey make_fusion(Direction d, DType dtype, DType wdtype, Layout layout, boo
 }
 
 KernelConfig make_config(int threads, int group, int items, int vec, int min_blocks, bool cached, bool index64,
-                         int stages) {
+                         int stages, bool resident) {
   KernelConfig c = zeroed<KernelConfig>();
   c.threads = static_cast<uint16_t>(threads);
   c.group = static_cast<uint16_t>(group);
@@ -75,6 +75,7 @@ KernelConfig make_config(int threads, int group, int items, int vec, int min_blo
   c.cached = cached;
   c.index64 = index64;
   c.stages = static_cast<uint8_t>(stages);
+  c.resident = resident;
   return c;
 }
 
@@ -94,7 +95,7 @@ std::string describe(const KernelConfig& c) {
   std::ostringstream s;
   s << "threads=" << c.threads << " group=" << c.group << " items=" << int(c.items) << " vec=" << int(c.vec)
     << " min_blocks=" << int(c.min_blocks) << " cached=" << int(c.cached) << " index=" << (c.index64 ? 64 : 32);
-  if (c.stages) s << " stages=" << int(c.stages);
+  if (c.stages) s << (c.resident ? " resident slots=" : " stages=") << int(c.stages);
   return s.str();
 }
 
@@ -109,7 +110,7 @@ std::string kernel_name(const FusionKey& f, const KernelConfig& c) {
   if (f.activation != Activation::identity) s << "_" << activation_name(f.activation);
   s << "_t" << c.threads << "g" << c.group << "i" << int(c.items) << "v" << int(c.vec) << "b" << int(c.min_blocks)
     << (c.cached ? "c" : "s") << (c.index64 ? "64" : "32");
-  if (c.stages) s << "r" << int(c.stages);
+  if (c.stages) s << (c.resident ? "p" : "r") << int(c.stages);
   return s.str();
 }
 
@@ -127,6 +128,8 @@ std::string config_diff(const KernelConfig& a, const KernelConfig& b) {
   field("min_blocks", a.min_blocks, b.min_blocks);
   field("cached", a.cached, b.cached);
   field("index64", a.index64, b.index64);
+  field("stages", a.stages, b.stages);
+  field("resident", a.resident, b.resident);
   return s.str();
 }
 

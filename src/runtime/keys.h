@@ -41,8 +41,10 @@ struct KernelConfig {
   uint8_t min_blocks;   // CTAs per SM the register cap guarantees
   bool cached;          // tile held in registers between statistics and output
   bool index64;
-  uint8_t stages;       // streamed tiles in flight through a shared-memory ring (0 = loads to registers)
-  uint8_t pad[6];
+  uint8_t stages;       // streamed tiles in flight through a shared-memory ring (0 = loads to registers),
+                        // or with `resident` the pipeline's chunk slots
+  bool resident;        // resident split: chunks held in shared memory, pipelined (resident_split.cuh)
+  uint8_t pad[5];
 };
 static_assert(sizeof(KernelConfig) == 16);
 
@@ -77,7 +79,7 @@ template <typename T> struct BytesEqual {
 FusionKey make_fusion(Direction d, DType dtype, DType wdtype, Layout layout, bool train, bool affine, bool residual,
                       bool running, bool save, Activation act);
 KernelConfig make_config(int threads, int group, int items, int vec, int min_blocks, bool cached, bool index64,
-                         int stages = 0);
+                         int stages = 0, bool resident = false);
 
 // Human-readable forms, for logs, explain and error messages.
 std::string describe(const FusionKey& f);

@@ -15,11 +15,11 @@ namespace {
 
 struct Buffer {
   CUdeviceptr base = 0;
-  int64_t counters = 0, partials = 0, scratch = 0;
+  int64_t counters = 0, partials = 0, scratch = 0, exchange = 0;  // exchange: 8-byte words
 };
 
-bool fits(const Buffer& b, int64_t counters, int64_t partials, int64_t scratch) {
-  return b.counters >= counters && b.partials >= partials && b.scratch >= scratch;
+bool fits(const Buffer& b, int64_t counters, int64_t partials, int64_t scratch, int64_t exchange) {
+  return b.counters >= counters && b.partials >= partials && b.scratch >= scratch && b.exchange >= exchange;
 }
 
 // Device memory for a grown buffer, zeroed in stream order: the counters read zero before the
@@ -71,15 +71,17 @@ int64_t round_up(int64_t n) {
 }
 
 // The slow path: the current buffer of (device, stream), grown first if it does not fit.
-LastHit lookup(int device, void* stream, int64_t counters, int64_t partials, int64_t scratch) {
+LastHit lookup(int device, void* stream, int64_t counters, int64_t partials, int64_t scratch, int64_t exchange) {
   std::lock_guard<std::mutex> lock(g_mutex);
   Buffer& b = g_buffers[{device, stream}];
-  if (!fits(b, counters, partials, scratch)) {
+  if (!fits(b, counters, partials, scratch, exchange)) {
     Buffer grown;
     grown.counters = round_up(std::max(counters, b.counters));
     grown.partials = round_up(std::max(partials, b.partials));
     grown.scratch = round_up(std::max(scratch, b.scratch));
-    const size_t bytes = size_t(grown.counters) * 4 + size_t(grown.partials) * 4 + size_t(grown.scratch) * 4;
+    grown.exchange = round_up(std::max(exchange, b.exchange));
+    const size_t bytes = size_t(grown.counters) * 4 + size_t(grown.partials) * 4 + size_t(grown.scratch) * 4 +
+                         size_t(grown.exchange) * 8;
     grown.base = g_allocate(device, stream, bytes);
     if (b.base) g_retired.push_back(b.base);
     b = grown;
@@ -93,17 +95,22 @@ Workspace carve(const Buffer& b) {
   w.counters = reinterpret_cast<unsigned*>(b.base);
   w.partials = reinterpret_cast<float*>(b.base + size_t(b.counters) * 4);
   w.scratch = reinterpret_cast<float*>(b.base + size_t(b.counters) * 4 + size_t(b.partials) * 4);
+  // Last, 8-byte aligned (the other regions are powers of two of at least 1024 words).
+  w.exchange = reinterpret_cast<unsigned long long*>(b.base + size_t(b.counters + b.partials + b.scratch) * 4);
+  w.exchange_words = b.exchange;
   return w;
 }
 
 }  // namespace
 
-Workspace get_workspace(int device, void* stream, int64_t counters, int64_t partials, int64_t scratch) {
+Workspace get_workspace(int device, void* stream, int64_t counters, int64_t partials, int64_t scratch,
+                        int64_t exchange) {
   LastHit& last = t_last;
   if (last.device == device && last.stream == stream &&
-      last.generation == g_generation.load(std::memory_order_relaxed) && fits(last.buffer, counters, partials, scratch))
+      last.generation == g_generation.load(std::memory_order_relaxed) &&
+      fits(last.buffer, counters, partials, scratch, exchange))
     return carve(last.buffer);
-  last = lookup(device, stream, counters, partials, scratch);
+  last = lookup(device, stream, counters, partials, scratch, exchange);
   return carve(last.buffer);
 }
 

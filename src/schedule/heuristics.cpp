@@ -55,6 +55,23 @@ int ring_stages(const FusionKey& f, int threads, int items, int vec, int min_blo
   return stages >= 2 ? int(stages) : 0;
 }
 
+// The resident split (kernels/resident_split.cuh): one CTA of kSplitThreads per SM walks its
+// chunks through kResidentSlots shared-memory slots (load, statistics, wait, output). Each slot
+// holds a chunk of every streamed tensor: `items` 16-byte vectors per thread and tensor, as many
+// as the shared memory of an SM allows (the driver reserves 1 KB per CTA; static shared memory is
+// under 1 KB).
+constexpr int kResidentSlots = 4;
+
+int resident_items(const FusionKey& f, const DeviceProfile& dev) {
+  const int64_t slot_per_item = int64_t(ring_tensors(f)) * kSplitThreads * 16;
+  return int(std::min<int64_t>(8, (dev.smem_per_sm - 2048) / (kResidentSlots * slot_per_item)));
+}
+
+bool resident_possible(const FusionKey& f, int vec, const DeviceProfile& dev) {
+  return f.train && f.layout == Layout::ncdhw && dev.arch >= 80 && vec * dtype_size(f.dtype) == 16 &&
+         resident_items(f, dev) >= 1;
+}
+
 int items_for(Policy policy, int64_t nvec, int group) {
   if (policy == Policy::bounded) return kBoundedItems;
   // exact: the fewest items (power of two, <= 8) that hold the instance in this group.
@@ -75,11 +92,18 @@ int64_t ring_bytes(const FusionKey& f, const KernelConfig& c) {
 }
 
 SplitMode split_mode() {
-  // Default: L2-sized streaming. Measured on the H200 (fp16, fwd / fwd+bwd): (2,32,128^3) 221 /
-  // 553 us against 278 / 715 us with register-held chunks; (2,32,80,192,160) 250 / 671 against
-  // 478 / 898 us: fewer, larger rounds beat reading x once from HBM.
+  // L2-sized streaming measured faster than register-held chunks on the H200 (fp16, fwd /
+  // fwd+bwd): (2,32,128^3) 221 / 553 us against 278 / 715 us; (2,32,80,192,160) 250 / 671 against
+  // 478 / 898 us: fewer, larger rounds beat reading x once from HBM in lockstep rounds. The
+  // resident split reads x once without lockstep rounds: measured in one run on the H200 (fp16),
+  // forward (2,32,128^3) 182 vs 206 us, fp32 340 vs 427 us, (2,32,80,192,160) 211 vs 219 us; its
+  // backward (x and dy in the slots: 3 vectors per thread, more steps) was no faster, 415 vs
+  // 360 us on (2,32,80,192,160). Hence the automatic default (docs/PERF_NOTES.md).
   const char* v = std::getenv("NORMJIT_SPLIT");
-  return (v && std::strcmp(v, "registers") == 0) ? SplitMode::registers : SplitMode::l2;
+  if (v && std::strcmp(v, "registers") == 0) return SplitMode::registers;
+  if (v && std::strcmp(v, "l2") == 0) return SplitMode::l2;
+  if (v && std::strcmp(v, "resident") == 0) return SplitMode::resident;
+  return SplitMode::automatic;
 }
 
 bool output_pass_reversed() {
@@ -170,6 +194,37 @@ Launch ncdhw_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
   return l;
 }
 
+// Chunks per instance of the resident split, or 0 where it does not apply: an instance of more
+// than one chunk whose chunks reach at most (slots - 2) steps past any one of them (the kernel's
+// deadlock-freedom condition: chunks - 1 <= (slots - 2) * grid, resident_split.cuh).
+int64_t resident_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+  const int vec = vector_width(s, f.dtype, f.layout);
+  if (!resident_possible(f, vec, dev)) return 0;
+  const int64_t nvec = s.spatial / vec;
+  const int64_t chunks = ceil_div(nvec, int64_t(kSplitThreads) * resident_items(f, dev));
+  const int64_t grid = std::min<int64_t>(dev.sms, s.N * s.C * chunks);
+  // Thread j of a CTA reads chunk j's partials (resident_split.cuh): chunks <= threads.
+  if (chunks < 2 || chunks > kSplitThreads || chunks - 1 > int64_t(kResidentSlots - 2) * grid) return 0;
+  return chunks;
+}
+
+Launch ncdhw_resident(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t chunks) {
+  Launch l;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int64_t instances = s.N * s.C;
+  // min_blocks 1: the slots leave room for one CTA per SM (and 128 registers per thread).
+  l.config = make_config(kSplitThreads, kSplitThreads, resident_items(f, dev), vec, 1, /*cached=*/false,
+                         needs_index64(s), kResidentSlots, /*resident=*/true);
+  l.chunk_vectors = ceil_div(nvec, chunks);  // balanced chunks, each at most one slot
+  l.chunks = int(ceil_div(nvec, l.chunk_vectors));
+  l.cooperative = true;
+  l.grid = std::min<int64_t>(dev.sms, instances * l.chunks);
+  l.exchange = 1 + 2 * instances * l.chunks;  // the generation, then a tagged pair per chunk
+  l.tier = "split, resident in shared memory (pipelined)";
+  return l;
+}
+
 // Chunks per instance for streaming twice, sized so that what all co-resident CTAs read in one
 // round fits in `budget_bytes` of L2: the second read then comes from L2, not HBM.
 int64_t ncdhw_streamed_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t budget_bytes) {
@@ -208,6 +263,11 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
       const int64_t chunks =
           std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / std::max<int64_t>(1, instances)));
       l = ncdhw_split(f, s, dev, /*cached=*/false, chunks, "split (elementwise)");
+    } else if ((split_mode() == SplitMode::resident ||
+                (split_mode() == SplitMode::automatic && f.direction == Direction::forward)) &&
+               resident_chunks(f, s, dev) > 0) {
+      // Every chunk in shared memory from its load to its output, pipelined: x is read once.
+      l = ncdhw_resident(f, s, dev, resident_chunks(f, s, dev));
     } else if (k_cached <= resident && split_mode() == SplitMode::registers) {
       // Every chunk stays in registers: x is read once. All CTAs of an instance must be co-resident.
       l = ncdhw_split(f, s, dev, /*cached=*/true, k_cached, "split, cached in registers");
@@ -355,7 +415,13 @@ bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const De
   if (l.config.threads == 0 || l.grid < 1 || l.grid > 0x7fffffff || l.chunks < 1 || cv < 1 || cv > 0x7fffffff)
     return false;
   if (int64_t(l.chunks) * cv < extent || int64_t(l.chunks - 1) * cv >= extent) return false;
-  if (l.cooperative && (l.grid > int64_t(dev.sms) * l.config.min_blocks || l.grid % l.chunks != 0)) return false;
+  if (l.cooperative && (l.grid > int64_t(dev.sms) * l.config.min_blocks ||
+                        (!l.config.resident && l.grid % l.chunks != 0)))
+    return false;
+  // The resident split: one chunk per slot, and its deadlock-freedom condition (resident_split.cuh).
+  if (l.config.resident && (cv > int64_t(l.config.threads) * l.config.items || l.chunks > l.config.threads ||
+                            l.chunks - 1 > int64_t(l.config.stages - 2) * l.grid || l.exchange < 1))
+    return false;
   if (l.chunks > 1 && f.train && !l.cooperative) return false;
   return true;
 }
@@ -413,6 +479,7 @@ void ncdhw_candidates(CandidateList& c, Policy policy) {
       if (k >= k_cached && k <= resident && nvec >= 2 * int64_t(kSplitThreads))
         c.add(ncdhw_split(f, s, dev, true, k, "split, cached in registers"));
     if (!fits_a_tier) {
+      if (resident_chunks(f, s, dev) > 0) c.add(ncdhw_resident(f, s, dev, resident_chunks(f, s, dev)));
       // Streamed twice with rounds sized to a quarter, a half and all of the L2.
       for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
         c.add(ncdhw_split(f, s, dev, false, ncdhw_streamed_chunks(f, s, dev, budget),
@@ -532,6 +599,9 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
       if (f.train) out.push_back(make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, true, idx64));
       out.push_back(make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, false, idx64,
                                 ring_stages(f, kSplitThreads, kBoundedItems, vec, mb, dev)));
+      if (resident_possible(f, vec, dev))
+        out.push_back(make_config(kSplitThreads, kSplitThreads, resident_items(f, dev), vec, 1, false, idx64,
+                                  kResidentSlots, true));
     }
   }
   }

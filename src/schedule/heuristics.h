@@ -30,9 +30,12 @@ Policy policy_from_env();
 const char* policy_name(Policy p);
 
 // How a training kernel splits an instance too large for one CTA: hold every chunk in registers
-// (x read once from HBM; needs all chunks co-resident) or stream chunks twice with the rounds
-// sized to L2 (the default, faster as measured; NORMJIT_SPLIT=registers selects the former).
-enum class SplitMode : uint8_t { registers = 0, l2 = 1 };
+// (x read once from HBM; needs all chunks co-resident), stream chunks twice with the rounds sized
+// to L2, or hold each chunk in shared memory in a pipeline of chunks (the resident split: NCDHW,
+// 16-byte vectors, sm_80+, instances up to ~2 x the GPU's shared memory). The default (automatic)
+// takes the resident split for the forward where it applies and streams otherwise, as measured
+// fastest; NORMJIT_SPLIT=registers, l2 or resident selects one for both directions.
+enum class SplitMode : uint8_t { registers = 0, l2 = 1, resident = 2, automatic = 3 };
 SplitMode split_mode();
 // Whether the streamed channels-last kernels walk each chunk backwards in their output pass (the
 // default; NORMJIT_OUTPUT_ORDER=forward walks it forwards, for comparison). Read once per process.
@@ -47,6 +50,7 @@ struct Launch {
   int64_t counters = 0;        // workspace sizes (elements), 0 = not needed
   int64_t partials = 0;
   int64_t scratch = 0;
+  int64_t exchange = 0;        // the resident split's tagged words (8 bytes each)
   // Instances walked channel by channel (n fastest), so that every CTA holds all N samples of its
   // channels and sums the backward's dweight/dbias itself, without a grid-wide finishing pass.
   bool channel_major = false;

@@ -51,11 +51,18 @@ std::string problem(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
   if (l.chunk_vectors > 0x7fffffff) return "chunk_vectors overflows int";
   if (l.cooperative) {
     if (l.grid > int64_t(dev.sms) * l.config.min_blocks) return "cooperative grid exceeds the co-resident CTAs";
-    if (l.grid % l.chunks != 0) return "cooperative grid not a multiple of chunks";
-    if (l.partials <= 0 || l.counters <= 0) return "cooperative without workspace";
+    if (!l.config.resident && l.grid % l.chunks != 0) return "cooperative grid not a multiple of chunks";
+    if ((l.config.resident ? l.exchange : l.partials) <= 0 || l.counters <= 0) return "cooperative without workspace";
   }
   if (f.train && l.chunks > 1 && !l.cooperative) return "training chunks that cannot exchange";
   if (l.chunks == 1 && l.cooperative) return "cooperative with one chunk";
+  if (l.config.resident) {
+    // One chunk per slot, and the pipeline's deadlock-freedom condition (kernels/resident_split.cuh).
+    if (l.chunk_vectors > int64_t(l.config.threads) * l.config.items) return "resident chunk larger than a slot";
+    if (l.chunks - 1 > int64_t(l.config.stages - 2) * l.grid) return "resident instance spans too many steps";
+    if (l.chunks > l.config.threads) return "more resident chunks than threads to read their partials";
+    if (!l.cooperative || l.config.cached || !f.train) return "resident split without co-residency or training";
+  }
   if (l.config.cached && f.train) {
     const int64_t rows = f.layout == Layout::ncdhw ? l.config.group : l.config.threads / l.config.group;
     if (l.chunk_vectors > rows * l.config.items) return "register-held chunk larger than the tile";
@@ -115,17 +122,22 @@ TEST(AutotuneCandidates, RepresentativeShapesGiveValidAlternatives) {
 }
 
 TEST(AutotuneCandidates, BigSplitTriesOtherChunkCountsOfOneKernel) {
-  // The streamed split's alternatives differ in chunk count only: no extra compile for them.
+  // The default is the resident split; the streamed split's alternatives differ in chunk count
+  // only: one more kernel for all of them.
   const DeviceProfile h200 = builtin_profile("H200");
   const FusionKey f = fusion(Direction::forward, DType::f16, Layout::ncdhw);
   const ShapeKey s = shape(Layout::ncdhw, 2, 32, 128 * 128 * 128);
   const std::vector<Launch> c = candidate_launches(f, s, h200, Policy::bounded);
   ASSERT_GE(c.size(), 3u);
-  EXPECT_FALSE(c[0].config.cached);
+  EXPECT_TRUE(c[0].config.resident);
+  const auto streamed = std::find_if(c.begin(), c.end(), [](const Launch& l) {
+    return !l.config.resident && !l.config.cached;
+  });
+  ASSERT_NE(streamed, c.end());
   int same_kernel = 0;
   bool registers = false;
   for (const Launch& l : c) {
-    same_kernel += bytes_equal(l.config, c[0].config) ? 1 : 0;
+    same_kernel += bytes_equal(l.config, streamed->config) ? 1 : 0;
     registers = registers || l.config.cached;
   }
   EXPECT_GE(same_kernel, 2) << "streamed rounds sized to other fractions of the L2";

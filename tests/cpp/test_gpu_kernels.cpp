@@ -8,12 +8,30 @@
 
 #include "gpu_test_support.h"
 #include "normjit/normjit.h"
+#include "runtime/call_keys.h"
+#include "runtime/sync_workspace.h"
+#include "schedule/device_profile.h"
+#include "schedule/heuristics.h"
 
 namespace {
 
 using namespace normjit_test;
 
 class GpuKernels : public ::testing::TestWithParam<Case> {};
+
+// NORMJIT_SPLIT=resident for one test: the resident split for the backward too (the default takes
+// it for the forward only). Plans made before or after keep their own choice: the L1 cache is
+// cleared on both ends.
+struct ResidentSplitForBothDirections {
+  ResidentSplitForBothDirections() {
+    setenv("NORMJIT_SPLIT", "resident", 1);
+    normjit::clear_memory_caches();
+  }
+  ~ResidentSplitForBothDirections() {
+    unsetenv("NORMJIT_SPLIT");
+    normjit::clear_memory_caches();
+  }
+};
 
 TEST_P(GpuKernels, MatchesDoubleReference) {
   REQUIRE_GPU();
@@ -61,16 +79,96 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuKernels, ::testing::ValuesIn(cases()), case_name);
 
-TEST(GpuKernelsDeterminism, BackwardIsBitwiseRepeatable) {
-  REQUIRE_GPU();
-  const Case c{{2, 16, 64, 64, 64}, DType::f32, false};
-  EXPECT_EQ(check_case(c, 7), check_case(c, 7));
+// Whether the heuristics give case c's forward (or backward) the resident split on `dev`.
+bool uses_resident(const Case& c, bool forward, const normjit::DeviceProfile& dev) {
+  DeviceBuffer probe(16);
+  const auto t = normjit::contiguous_tensor(probe.get(), c.dtype, c.shape);
+  normjit::CallKeys k;
+  if (forward) {
+    normjit::ForwardArgs a;
+    a.x = a.y = t;
+    a.save_mean = a.save_rstd = static_cast<float*>(probe.get());
+    k = normjit::forward_keys(a);
+  } else {
+    normjit::BackwardArgs a;
+    a.x = a.dy = a.dx = t;
+    if (c.residual && c.act != normjit::Activation::identity) a.residual = t;
+    a.activation = c.act;
+    a.save_mean = a.save_rstd = static_cast<float*>(probe.get());
+    k = normjit::backward_keys(a);
+  }
+  return normjit::choose_launch(k.fusion, k.shape, dev, normjit::policy_from_env()).config.resident;
 }
 
-TEST(GpuKernelsEval, RunningStatsUpdateAndEvalMode) {
+// The resident split (kernels/resident_split.cuh) on this GPU, forced for both directions
+// (NORMJIT_SPLIT=resident): each case must select it in at least one direction (the forward's
+// also by default) and match the double reference. The shapes probe its edges: chunks that are not
+// a whole number of vectors per thread, an instance whose chunks reach 2 steps past the first
+// (chunks = 2 * grid + 1: the most the pipeline allows), fused epilogues with the residual held
+// in the slots, mean >> std, and bf16/fp32.
+TEST(GpuKernelsResident, EdgeShapesMatchDoubleReference) {
   REQUIRE_GPU();
-  const std::vector<int64_t> shape{3, 4, 9, 10, 11};
-  const int64_t N = 3, C = 4, S = 990;
+  const ResidentSplitForBothDirections resident;
+  using A = normjit::Activation;
+  const normjit::DeviceProfile dev = normjit::live_profile(0);
+  const int64_t slot_vectors = 512 * 7;  // fp16 forward: 7 vectors per thread (H200, H100)
+  const int64_t edge = (2 * int64_t(dev.sms)) * slot_vectors + 1;  // vectors of 8: chunks = 2 * sms + 1
+  const std::vector<Case> cases = {
+      {{2, 8, 40, 40, 56}, DType::f16, false},                             // 4 chunks of 2800 vectors
+      {{2, 16, 64, 64, 64}, DType::f16, false, true, A::leaky_relu, true},  // 10 / 22 chunks
+      {{1, 2, 64, 64, 64}, DType::f32, false, true, A::identity, false, 1000.f},
+      {{2, 4, 48, 48, 48}, DType::bf16, false, true, A::gelu_erf, true},   // x, dy, residual in the slots
+      {{1, 3, 8, 405505}, DType::f16, false},                              // backward: 2 * 132 + 1 chunks
+      {{1, 1, 8, edge}, DType::f16, false, false},                         // forward: 2 * sms + 1 chunks
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    const bool fwd_resident = uses_resident(c, true, dev), bwd_resident = uses_resident(c, false, dev);
+    EXPECT_TRUE(fwd_resident || bwd_resident) << "neither direction uses the resident split";
+    if (fwd_resident) {  // the forward's default too (this test forces NORMJIT_SPLIT=resident)
+      unsetenv("NORMJIT_SPLIT");
+      EXPECT_TRUE(uses_resident(c, true, dev));
+      setenv("NORMJIT_SPLIT", "resident", 1);
+    }
+    check_case(c);
+  }
+}
+
+// The tag of the resident split's exchange wraps after 2^32 - 1 launches on one stream: the last
+// CTA then clears the exchange words. Forced here by setting the generation just below the wrap.
+TEST(GpuKernelsResident, TagWrapClearsTheExchange) {
+  REQUIRE_GPU();
+  const ResidentSplitForBothDirections resident;
+  const Case c{{2, 16, 64, 64, 64}, DType::f16, false};  // forward and backward both resident
+  check_case(c);
+  const normjit::Workspace w = normjit::get_workspace(0, nullptr, 0, 0, 0, 1);  // the default stream's
+  const auto& cu = normjit::driver::cuda_driver();
+  const CUdeviceptr gen = reinterpret_cast<CUdeviceptr>(w.exchange);
+  const uint64_t before_wrap = 0xfffffffeull;
+  normjit::driver::check_cuda(cu.cuMemcpyHtoD(gen, &before_wrap, 8), "cuMemcpyHtoD");
+  check_case(c, 2);  // forward: the last tag, then the clear; backward: tag 1
+  check_case(c, 3);  // tags 2 and 3
+  uint64_t after = 0;
+  normjit::driver::check_cuda(cu.cuMemcpyDtoH(&after, gen, 8), "cuMemcpyDtoH");
+  EXPECT_EQ(after, 3u);
+}
+
+TEST(GpuKernelsDeterminism, BackwardIsBitwiseRepeatable) {
+  REQUIRE_GPU();
+  const Case c{{2, 16, 64, 64, 64}, DType::f32, false};  // the resident split, forward and backward
+  EXPECT_EQ(check_case(c, 7), check_case(c, 7));
+  const Case h{{2, 16, 64, 64, 64}, DType::f16, false, true, normjit::Activation::silu, true};
+  EXPECT_EQ(check_case(h, 8), check_case(h, 8));
+}
+
+class GpuKernelsEval : public ::testing::TestWithParam<std::vector<int64_t>> {};
+
+// Running statistics updated in the training forward (the resident split's last-CTA pass too),
+// then eval mode with them.
+TEST_P(GpuKernelsEval, RunningStatsUpdateAndEvalMode) {
+  REQUIRE_GPU();
+  const std::vector<int64_t> shape = GetParam();
+  const int64_t N = shape[0], C = shape[1], S = shape[2] * shape[3] * shape[4];
   std::vector<float> x(N * C * S);
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -112,6 +210,9 @@ TEST(GpuKernelsEval, RunningStatsUpdateAndEvalMode) {
     EXPECT_NEAR(y[i], (x[i] - rm2[c]) / std::sqrt(rv2[c] + 1e-5), 1e-4);
   }
 }
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuKernelsEval,
+                         ::testing::Values(std::vector<int64_t>{3, 4, 9, 10, 11},     // one CTA per instance
+                                           std::vector<int64_t>{2, 3, 40, 40, 40}));  // the resident split
 
 TEST(GpuKernelsErrors, BadInputThrowsBeforeLaunch) {
   normjit::ForwardArgs fa;

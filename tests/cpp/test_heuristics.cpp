@@ -157,6 +157,7 @@ int tier_rank(const std::string& tier) {
                                 "large (CTA of 512)",
                                 "large (CTA of 512, 8",
                                 "split, cached",
+                                "split, resident",
                                 "split, streamed"};
   for (int i = 0; i < int(std::size(order)); ++i)
     if (tier.rfind(order[i], 0) == 0) return i;
@@ -252,15 +253,66 @@ TEST(Heuristics, BigShapeForwardIsACooperativeSplit) {
   }
 }
 
-TEST(Heuristics, BigShapeDefaultStreamsThroughL2) {
-  // The default split streams each chunk twice, sized so a round's reads fit in half the L2.
+TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
+  // nnU-Net stage 0 on the big GPUs: one CTA per SM, chunks of at most one shared-memory slot, the
+  // pipeline's deadlock-freedom condition (kernels/resident_split.cuh), slots within an SM. The
+  // forward by default, the backward with NORMJIT_SPLIT=resident (by default it streams). (The
+  // A100's backward slots, x and dy in 164 KB, are too small for 108 SMs to hold an instance.)
+  {
+    const CallKeys k = backward_keys(bwd_args({2, 32, 128, 128, 128}));
+    EXPECT_FALSE(choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded).config.resident);
+  }
+  setenv("NORMJIT_SPLIT", "resident", 1);
+  struct Restore {
+    ~Restore() { unsetenv("NORMJIT_SPLIT"); }
+  } restore;
+  for (const char* name : {"H200", "H100", "A100"}) {
+    const DeviceProfile dev = builtin_profile(name);
+    for (int dir = 0; dir < (std::string(name) == "A100" ? 1 : 2); ++dir) {
+      const CallKeys k = dir == 0 ? forward_keys(fwd_args({2, 32, 128, 128, 128}))
+                                  : backward_keys(bwd_args({2, 32, 128, 128, 128}));
+      const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+      SCOPED_TRACE(dev.name + " " + describe(k.fusion) + ": " + l.tier + " " + describe(l.config));
+      ASSERT_TRUE(l.config.resident);
+      EXPECT_EQ(std::string(l.tier), "split, resident in shared memory (pipelined)");
+      EXPECT_TRUE(l.cooperative);
+      EXPECT_FALSE(l.config.cached);
+      EXPECT_EQ(l.grid, dev.sms);
+      EXPECT_EQ(l.config.min_blocks, 1);
+      EXPECT_GE(l.config.stages, 3);
+      EXPECT_LE(l.chunk_vectors, int64_t(l.config.threads) * l.config.items);
+      EXPECT_GE(l.chunks * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);
+      EXPECT_LT((l.chunks - 1) * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);
+      EXPECT_LE(l.chunks - 1, int64_t(l.config.stages - 2) * l.grid);
+      EXPECT_LE(ring_bytes(k.fusion, l.config) + 2048, dev.smem_per_sm);
+      EXPECT_EQ(l.exchange, 1 + 2 * 64 * l.chunks);
+      EXPECT_GT(l.counters, 0);
+    }
+  }
+  // Past the deadlock-freedom bound (one instance of 2^26 elements) it streams.
+  const CallKeys huge = forward_keys(fwd_args({1, 1, 1 << 26}));
+  EXPECT_FALSE(launch_for(huge).config.resident) << launch_for(huge).tier;
+  // Nor without 16-byte vectors (cp.async moves 16 bytes), nor channels-last, nor eval.
+  EXPECT_FALSE(launch_for(forward_keys(fwd_args({2, 32, 127, 127, 127}))).config.resident);
+  EXPECT_FALSE(launch_for(forward_keys(fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ndhwc))).config.resident);
+}
+
+TEST(Heuristics, BigShapeStreamsThroughL2) {
+  // NORMJIT_SPLIT=l2 (and the L4, whose 58 SMs hold too little of an instance) streams each chunk
+  // twice, sized so a round's reads fit in half the L2.
+  setenv("NORMJIT_SPLIT", "l2", 1);
+  struct Restore {
+    ~Restore() { unsetenv("NORMJIT_SPLIT"); }
+  } restore;
   for (const char* name : {"H200", "H100", "A100", "L4"}) {
+    if (std::string(name) == "L4") unsetenv("NORMJIT_SPLIT");
     const DeviceProfile dev = builtin_profile(name);
     const CallKeys k = forward_keys(fwd_args({2, 32, 128, 128, 128}));
     const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
     SCOPED_TRACE(dev.name);
     EXPECT_TRUE(l.cooperative);
     EXPECT_FALSE(l.config.cached);
+    EXPECT_FALSE(l.config.resident);
     EXPECT_EQ(l.grid % l.chunks, 0);
     EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
     EXPECT_GE(l.chunks * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);
@@ -277,7 +329,7 @@ TEST(Heuristics, BigShapeBackwardAndOtherSplits) {
       const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + layout_name(layout) + ": " + l.tier);
       EXPECT_GT(l.chunks, 1);
-      if (l.cooperative) {
+      if (l.cooperative && !l.config.resident) {
         EXPECT_EQ(l.grid % l.chunks, 0);
         EXPECT_LE(l.grid, int64_t(h200.sms) * l.config.min_blocks);
       }
@@ -433,11 +485,12 @@ TEST(Heuristics, BoundedSetSizes) {
     size_t bounded;
   };
   const Row rows[] = {
-      {Direction::forward, Layout::ncdhw, DType::f16, true, 56},
-      {Direction::forward, Layout::ncdhw, DType::f32, true, 42},
+      // Training NCDHW: + the resident split for the 16-byte class, 32- and 64-bit indexing.
+      {Direction::forward, Layout::ncdhw, DType::f16, true, 58},
+      {Direction::forward, Layout::ncdhw, DType::f32, true, 44},
       {Direction::forward, Layout::ncdhw, DType::f16, false, 56},
-      {Direction::backward, Layout::ncdhw, DType::f16, true, 56},
-      {Direction::backward, Layout::ncdhw, DType::f32, true, 42},
+      {Direction::backward, Layout::ncdhw, DType::f16, true, 58},
+      {Direction::backward, Layout::ncdhw, DType::f32, true, 44},
       {Direction::forward, Layout::ndhwc, DType::f16, true, 108},
       {Direction::forward, Layout::ndhwc, DType::f32, true, 84},
       {Direction::forward, Layout::ndhwc, DType::f16, false, 108},
@@ -495,10 +548,16 @@ TEST(Heuristics, RingFitsTheDeviceSharedMemory) {
           }
   }
   EXPECT_GT(rings, 0u);
-  // The (2,32,128^3) fp16 training forward streams through a ring on the H200.
+  // The (2,32,128^3) fp16 training forward: the resident split's 4 slots of 7 vectors per thread
+  // on the H200; with NORMJIT_SPLIT=l2 it streams through a ring of 3 stages.
   ForwardArgs a = fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ncdhw, 256);
   const CallKeys k = forward_keys(a);
+  const Launch r = choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded);
+  EXPECT_TRUE(r.config.resident);
+  EXPECT_EQ(ring_bytes(k.fusion, r.config), 4 * 7 * 512 * 16);
+  setenv("NORMJIT_SPLIT", "l2", 1);
   const Launch l = choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded);
+  unsetenv("NORMJIT_SPLIT");
   EXPECT_EQ(l.config.stages, 3) << describe(l.config);
   EXPECT_EQ(ring_bytes(k.fusion, l.config), 3 * 4 * 512 * 16);
 }

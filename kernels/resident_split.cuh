@@ -1,0 +1,143 @@
+// The resident split (NJ_RESIDENT): training kernels (NCDHW, 16-byte vectors, sm_80 and newer) for
+// instances too large for one CTA, each chunk held in shared memory from its load to its output,
+// so x (and dy) is read from HBM exactly once and each CTA waits for its peers only rarely.
+//
+// Why: the other splits run in rounds in lockstep. Every CTA of a round loads, reduces, waits at
+// the exchange for the slowest of its ~43 peers and only then writes; the memory system idles at
+// every exchange (measured on the H200: the L2-streamed split moved 2.4-2.7 TB/s of DRAM traffic
+// against a 4.25 TB/s copy, its traffic near ideal). Here every CTA (one per SM: its slots take
+// most of the shared memory) walks its chunks as a software pipeline of NJ_STAGES slots:
+//
+//   step s:  A  start loading chunk s into slot s % NJ_STAGES                     (cp.async)
+//               and the partials of chunk s-L's instance (L = NJ_STAGES - 1)
+//            B  chunk s-1 has landed: its partial statistics, published to its peers (no wait)
+//            C  chunk s-L: its instance's partials (published at least one step ago in the common
+//               case) merged, its output written
+//
+// so while a CTA merges and writes, its next chunks are in flight, and its peers published the
+// partials it waits for one or more steps earlier.
+//
+// The exchange is one round trip to L2: a chunk's partial pair is two 64-bit words, each a float
+// and the launch's 32-bit tag, stored without a fence; a reader polls its peer's words until both
+// carry the tag (no counters, no fences, no departure). The tag is the generation in exchange[0]
+// plus one: every CTA reads it at its start, the last CTA to finish stores it back (after every
+// CTA has read it), so words of earlier launches carry smaller tags. When the tag would wrap, the
+// last CTA clears the whole region instead. Measured on the H200 before this scheme (counters:
+// a fence and an atomic to publish, the counter, the partials and a departing atomic on the
+// critical path of every step) the pipeline ran 244 us for (2,32,128^3) fp16, slower than the
+// L2-streamed split's 208. Chunk s of CTA b is unit s * gridDim.x + b: an
+// instance's chunks are consecutive units, so they run on neighbouring CTAs in one or a few
+// steps. Deadlock freedom: C at step s needs only partials that B publishes at steps <= s (and B
+// precedes C within a step in every CTA) as long as an instance's chunks reach at most L - 1
+// steps past the one being written, which holds when chunks - 1 <= (L - 1) * gridDim.x. The host
+// guarantees that, one chunk per CTA per step (chunk_vectors <= NJ_THREADS * NJ_ITEMS) and
+// co-residency (cooperative launch).
+//
+// The kernels (instance_norm_forward.cuh, instance_norm_backward.cuh) write the three phases; this
+// file holds the pipeline's bookkeeping. The slots are smem_slots.cuh's stages.
+#pragma once
+#include "smem_slots.cuh"  // outside the #if: codegen expands each file once
+
+#if NJ_RESIDENT
+#if NJ_CACHED || NJ_GROUP != NJ_THREADS || NJ_STAGES < 3 || !NJ_TRAIN
+#error "the resident split is a training kernel whose group is the whole CTA, with at least 3 slots"
+#endif
+
+static_assert(sizeof(vec_t) == 16, "the resident split moves 16-byte vectors");
+
+#define NJ_OUTPUT_LAG (NJ_STAGES - 1)
+
+__device__ __forceinline__ int resident_slot(idx_t step) { return (int)(step % NJ_STAGES); }
+
+// Phase A: this CTA's chunk of `step` starts loading into its slot (nothing past the last unit).
+// Always commits exactly one cp.async group per step, so wait_group counts steps.
+__device__ __forceinline__ void resident_load(const NjParams& p, idx_t step, const void* const* src) {
+  const Unit u = make_unit(p, step);
+  if (u.active) slots_copy_tile(src, u.base, u.v_begin, u.v_end, true, resident_slot(step));
+  nj_cp_async_commit();
+}
+
+// Phase B: the chunk loaded at `step` (one step ago) into registers, once it has landed.
+__device__ __forceinline__ void resident_take_landed(idx_t step, vec_t* out0, vec_t* out1, vec_t* out2) {
+  nj_cp_async_wait<1>();  // all but the newest group (this step's phase A) are complete
+  slots_read(resident_slot(step), out0, out1, out2);
+}
+
+// Phase C: the chunk of `step` again (it landed steps ago).
+__device__ __forceinline__ void resident_take(idx_t step, vec_t* out0, vec_t* out1, vec_t* out2) {
+  slots_read(resident_slot(step), out0, out1, out2);
+}
+
+// The unit of phase C at `step` (inactive before the pipeline is full).
+__device__ __forceinline__ Unit resident_output_unit(const NjParams& p, idx_t step, idx_t steps) {
+  return make_unit(p, step >= NJ_OUTPUT_LAG ? step - NJ_OUTPUT_LAG : steps);
+}
+
+// ---------------------------------------------------------------- the tagged exchange
+typedef unsigned long long nj_u64;
+
+__device__ __forceinline__ nj_u64 nj_load_relaxed(const nj_u64* p) {
+  nj_u64 v;
+  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void nj_store_relaxed(nj_u64* p, nj_u64 v) {
+  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+__device__ __forceinline__ nj_u64 tagged(unsigned tag, float v) { return ((nj_u64)tag << 32) | __float_as_uint(v); }
+__device__ __forceinline__ unsigned tag_of(nj_u64 w) { return (unsigned)(w >> 32); }
+
+// This launch's tag (every thread, at the kernel's start).
+__device__ __forceinline__ unsigned resident_tag(const NjParams& p) {
+  return (unsigned)nj_load_relaxed(p.exchange) + 1u;
+}
+
+__device__ __forceinline__ nj_u64* resident_words(const NjParams& p, idx_t instance, idx_t chunk) {
+  return p.exchange + 1 + 2 * (instance * p.chunks + chunk);
+}
+
+// One thread: the chunk's partial pair (a, b) to its peers.
+__device__ __forceinline__ void resident_publish(const NjParams& p, const Unit& u, unsigned tag, float a, float b) {
+  nj_u64* w = resident_words(p, u.instance, u.chunk);
+  nj_store_relaxed(w, tagged(tag, a));
+  nj_store_relaxed(w + 1, tagged(tag, b));
+}
+
+// Thread j < chunks reads chunk j's pair of u's instance: first a look that may find words of an
+// earlier launch (issued early, so its latency overlaps other work), then resident_settle polls
+// until both carry the tag. The host keeps chunks <= NJ_THREADS. Other threads get (0, 0).
+struct TaggedPair {
+  nj_u64 a, b;
+};
+__device__ __forceinline__ TaggedPair resident_peek(const NjParams& p, const Unit& u) {
+  TaggedPair t = {0, 0};
+  if (u.active && threadIdx.x < p.chunks) {
+    const nj_u64* w = resident_words(p, u.instance, threadIdx.x);
+    t.a = nj_load_relaxed(w);
+    t.b = nj_load_relaxed(w + 1);
+  }
+  return t;
+}
+__device__ __forceinline__ void resident_settle(const NjParams& p, const Unit& u, unsigned tag, TaggedPair t, float& a,
+                                                float& b) {
+  a = b = 0.f;
+  if (threadIdx.x >= p.chunks) return;
+  const nj_u64* w = resident_words(p, u.instance, threadIdx.x);
+  while (tag_of(t.a) != tag) __nanosleep(32), t.a = nj_load_relaxed(w);
+  while (tag_of(t.b) != tag) __nanosleep(32), t.b = nj_load_relaxed(w + 1);
+  a = __uint_as_float((unsigned)t.a);
+  b = __uint_as_float((unsigned)t.b);
+}
+
+// The last CTA of the launch (all its threads, after last_cta_arrive): the generation for the next
+// launch, or at the wrap a cleared region.
+__device__ __forceinline__ void resident_advance_generation(const NjParams& p, unsigned tag) {
+  if (tag == 0xffffffffu) {
+    for (idx_t i = 1 + threadIdx.x; i < p.exchange_words; i += NJ_THREADS) nj_store_relaxed(p.exchange + i, 0);
+    __syncthreads();
+    if (threadIdx.x == 0) nj_store_relaxed(p.exchange, 0);
+  } else if (threadIdx.x == 0) {
+    nj_store_relaxed(p.exchange, tag);
+  }
+}
+#endif
