@@ -11,6 +11,7 @@
 #include <string>
 
 #include "ops.h"
+#include "runtime/prefetch.h"
 
 namespace py = pybind11;
 
@@ -74,6 +75,14 @@ PYBIND11_MODULE(_C, m) {
         "Drop the in-memory plan and kernel caches (the disk cache is untouched).");
 
   m.def("version", &normjit::version, "Version of the normjit core library.");
+
+  m.def(
+      "prefetch_shutdown",
+      [] {
+        py::gil_scoped_release no_gil;  // waits for the background compiles in progress
+        normjit::prefetch_shutdown();
+      },
+      "Stop the background compile threads (normjit/_ops.py calls it at interpreter exit).");
 
 #if defined(TORCH_VERSION_MAJOR) && defined(TORCH_VERSION_MINOR)
   // The torch this module was compiled against; normjit/_ops.py compares it with the running one.

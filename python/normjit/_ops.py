@@ -36,6 +36,14 @@ if _C is not None:
     fwd = torch.ops.normjit.instance_norm_fwd.default
     bwd = torch.ops.normjit.instance_norm_bwd.default
 
+if _C is not None and hasattr(_C, "prefetch_shutdown"):
+    import atexit
+
+    # The core compiles backward kernels on background threads (src/runtime/prefetch.cpp): join
+    # them (at most the compiles in progress) before the process's C++ teardown destroys NVRTC
+    # under a running compile.
+    atexit.register(_C.prefetch_shutdown)
+
 _state = None  # (available, reason) once probed
 
 

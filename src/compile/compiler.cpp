@@ -4,6 +4,8 @@
 // shared state is the loaded NVRTC table, which is immutable after loading.
 #include "compile/compiler.h"
 
+#include <time.h>
+
 #include <chrono>
 #include <cstring>
 
@@ -43,6 +45,12 @@ std::string join_options(const CompileRequest& req) {
 }
 
 std::string arch_option(int arch) { return "--gpu-architecture=sm_" + std::to_string(arch); }
+
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) * 1e3 + double(t.tv_nsec) / 1e6;
+}
 
 // Owns an nvrtcProgram for exception safety.
 class Program {
@@ -113,9 +121,10 @@ std::string disk_key(const CompileRequest& req) {
          "name " + req.name + "\n";
 }
 
-std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms) {
+std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms, double* cpu_ms) {
   const driver::Nvrtc& lib = driver::nvrtc();
   const auto start = std::chrono::steady_clock::now();
+  const double cpu_start = thread_cpu_ms();
 
   std::vector<std::string> options{arch_option(req.arch)};
   options.insert(options.end(), default_options().begin(), default_options().end());
@@ -136,6 +145,7 @@ std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms) {
   prog.check(lib.nvrtcGetCUBIN(prog.get(), cubin.data()), req, "nvrtcGetCUBIN");
 
   if (ms) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (cpu_ms) *cpu_ms = thread_cpu_ms() - cpu_start;
   return cubin;
 }
 
@@ -165,7 +175,7 @@ CompileResult compile_cubin(const CompileRequest& req, DiskCache* cache) {
       }
     }
   }
-  result.cubin = nvrtc_compile(req, &result.compile_ms);
+  result.cubin = nvrtc_compile(req, &result.compile_ms, &result.compile_cpu_ms);
   if (use_cache) cache->store(result.disk_key, result.cubin);  // failure already warned about
   return result;
 }

@@ -17,9 +17,11 @@ struct CompileRequest {
 
 struct CompileResult {
   std::vector<char> cubin;
-  bool from_disk = false;   // served by the disk cache
-  double compile_ms = 0;    // NVRTC time (0 when from disk)
-  std::string disk_key;     // the key that was looked up
+  bool from_disk = false;     // served by the disk cache
+  double compile_ms = 0;      // NVRTC time (0 when from disk)
+  double compile_cpu_ms = 0;  // CPU time of the compiling thread in NVRTC: much less than compile_ms
+                              // means the compile waited (for a core, a lock), not worked
+  std::string disk_key;       // the key that was looked up
 };
 
 // The NVRTC options every kernel is compiled with (besides -arch), chosen by measurement: see
@@ -35,7 +37,8 @@ std::string disk_key_field(const std::string& key, const std::string& field);
 // Throws normjit::Error carrying the NVRTC log on a compile error.
 CompileResult compile_cubin(const CompileRequest& req, DiskCache* cache);
 
-// Compiles without any cache (benchmarks, tests).
-std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms);
+// Compiles without any cache (benchmarks, tests); `ms` and `cpu_ms` (optional) get the wall and the
+// thread CPU milliseconds (NVRTC compiles on the calling thread).
+std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms, double* cpu_ms = nullptr);
 
 }  // namespace normjit::compile

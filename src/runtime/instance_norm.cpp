@@ -26,6 +26,7 @@
 #include "runtime/call_keys.h"
 #include "runtime/keys.h"
 #include "runtime/log.h"
+#include "runtime/prefetch.h"
 #include "runtime/stats.h"
 #include "runtime/sync_workspace.h"
 #include "schedule/heuristics.h"
@@ -258,6 +259,7 @@ Launch plan_launch(const FusionKey& f, const ShapeKey& s, const DeviceState& dev
 
 Plan build_plan(const FusionKey& f, const ShapeKey& s, void* stream, const NjParams* params, bool* remember) {
   const DeviceState& dev = device_state(s.device);
+  prefetch_backward(f, s, dev);  // a training forward: its backward kernel compiles in the background
   const Launch l = plan_launch(f, s, dev, stream, params, remember);
   if (!kernel_loaded(f, l.config, s.device)) {
     const auto& cu = driver::cuda_driver();

@@ -80,10 +80,10 @@ L2Key make_key(const FusionKey& f, const KernelConfig& c, int device) {
 // One compile per (kernel, arch) at a time: the first caller of a key compiles under the key's
 // mutex; concurrent callers of the same key wait for it and share its result. Different keys
 // compile in parallel. (A mutex per key rather than std::promise: the least machinery.)
-// A slot lives only while calls for its key are inside compile_kernel: the last one to leave
-// erases it, cubin and all, so no cubin outlives the calls that asked for it (the loaded module
-// and the disk cache keep what has to last). A failed compile leaves `done` false: the next
-// waiter retries.
+// A slot lives only while calls for its key are inside compile_kernel, or while it is reserved
+// for a call that a background compile runs ahead of (prefetch.h): the last one to leave erases
+// it, cubin and all, so no cubin outlives the calls that asked for it (the loaded module and the
+// disk cache keep what has to last). A failed compile leaves `done` false: the next waiter retries.
 namespace {
 
 struct CompileSlot {
@@ -91,36 +91,66 @@ struct CompileSlot {
   bool done = false;              // guarded by m
   compile::CompileResult result;  // guarded by m
   int users = 0;                  // calls holding the slot; guarded by g_compile_slots_mutex
+  bool reserved = false;          // kept for the next compile_kernel call; guarded by g_compile_slots_mutex
 };
 using CompileSlotKey = std::pair<std::string, int>;  // (kernel name, arch)
 std::mutex g_compile_slots_mutex;
 std::map<CompileSlotKey, CompileSlot> g_compile_slots;  // a node-based map: a slot never moves
 
-// A call's hold on the slot of its key, from arrival to return.
+CompileSlotKey slot_key(const FusionKey& f, const KernelConfig& c, int arch) { return {kernel_name(f, c), arch}; }
+
+// Erases a slot that no call holds and no reservation keeps. Caller holds g_compile_slots_mutex.
+void erase_if_unused(std::map<CompileSlotKey, CompileSlot>::iterator it) {
+  if (it->second.users == 0 && !it->second.reserved) g_compile_slots.erase(it);
+}
+
+// A call's hold on the slot of its key, from arrival to return. A claiming hold (a call that needs
+// the kernel) ends the key's reservation when it lets go: the cubin compiled ahead has reached it.
 class CompileSlotHold {
  public:
-  explicit CompileSlotHold(CompileSlotKey key) : key_(std::move(key)) {
+  CompileSlotHold(CompileSlotKey key, bool claim) : claim_(claim), held_(true) {
     std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
-    slot_ = &g_compile_slots[key_];
-    slot_->users++;
+    it_ = g_compile_slots.try_emplace(std::move(key)).first;
+    it_->second.users++;
+  }
+  // A hold on the slot only if it is reserved (else `held()` is false): checked and taken under one
+  // lock, so a reservation claimed meanwhile cannot leave a fresh slot compiled for nobody.
+  struct IfReserved {};
+  CompileSlotHold(const CompileSlotKey& key, IfReserved) : claim_(false) {
+    std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+    auto it = g_compile_slots.find(key);
+    if (it == g_compile_slots.end() || !it->second.reserved) return;
+    it_ = it;
+    held_ = true;
+    it_->second.users++;
   }
   ~CompileSlotHold() {
+    if (!held_) return;
     std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
-    if (--slot_->users == 0) g_compile_slots.erase(key_);
+    if (claim_) it_->second.reserved = false;
+    it_->second.users--;
+    erase_if_unused(it_);
   }
   CompileSlotHold(const CompileSlotHold&) = delete;
   CompileSlotHold& operator=(const CompileSlotHold&) = delete;
-  CompileSlot* operator->() const { return slot_; }
+  bool held() const { return held_; }
+  CompileSlot* operator->() const { return &it_->second; }
+  // Drops the reservation now (a failed compile ahead: nothing to keep).
+  void unreserve() const {
+    std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+    it_->second.reserved = false;
+  }
 
  private:
-  CompileSlotKey key_;
-  CompileSlot* slot_;
+  bool claim_;
+  bool held_ = false;
+  std::map<CompileSlotKey, CompileSlot>::iterator it_{};
 };
 
 }  // namespace
 
 compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
-                                               compile::DiskCache* disk);
+                                               compile::DiskCache* disk, bool ahead);
 
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch) {
   compile::DiskCache& disk = compile::DiskCache::global();
@@ -128,13 +158,23 @@ compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c,
 }
 
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache* disk) {
-  const CompileSlotHold slot({kernel_name(f, c), arch});
+  const CompileSlotHold slot(slot_key(f, c, arch), /*claim=*/true);
   std::lock_guard<std::mutex> lock(slot->m);  // released before `slot` lets go of the slot
   if (!slot->done) {
-    slot->result = compile_kernel_uncached(f, c, arch, disk);  // on error: nothing kept, next caller retries
+    // on error: nothing kept, next caller retries
+    slot->result = compile_kernel_uncached(f, c, arch, disk, /*ahead=*/false);
     slot->done = true;
   }
   return slot->result;
+}
+
+bool kernel_on_disk(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache& disk) {
+  const codegen::KernelSource src = codegen::generate(f, c);
+  compile::CompileRequest req;
+  req.name = src.name;
+  req.source = src.source;
+  req.arch = arch;
+  return disk.load(compile::disk_key(req)).has_value();
 }
 
 size_t compile_slots_in_use() {
@@ -142,8 +182,39 @@ size_t compile_slots_in_use() {
   return g_compile_slots.size();
 }
 
+bool reserve_compile(const FusionKey& f, const KernelConfig& c, int arch) {
+  std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+  CompileSlot& slot = g_compile_slots[slot_key(f, c, arch)];
+  if (slot.reserved) return false;
+  slot.reserved = true;
+  return true;
+}
+
+void release_compile(const FusionKey& f, const KernelConfig& c, int arch) {
+  std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+  auto it = g_compile_slots.find(slot_key(f, c, arch));
+  if (it == g_compile_slots.end()) return;
+  it->second.reserved = false;
+  erase_if_unused(it);
+}
+
+AheadResult compile_reserved(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache* disk) {
+  const CompileSlotHold slot(slot_key(f, c, arch), CompileSlotHold::IfReserved{});
+  if (!slot.held()) return AheadResult::not_reserved;
+  std::lock_guard<std::mutex> lock(slot->m);
+  if (slot->done) return AheadResult::already_done;
+  try {
+    slot->result = compile_kernel_uncached(f, c, arch, disk, /*ahead=*/true);
+  } catch (...) {
+    slot.unreserve();  // the slot goes with this hold; the call it was for compiles and throws itself
+    throw;
+  }
+  slot->done = true;
+  return slot->result.from_disk ? AheadResult::from_disk : AheadResult::compiled;
+}
+
 compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
-                                               compile::DiskCache* disk) {
+                                               compile::DiskCache* disk, bool ahead) {
   const codegen::KernelSource src = codegen::generate(f, c);
   compile::CompileRequest req;
   req.name = src.name;
@@ -151,16 +222,21 @@ compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelC
   req.arch = arch;
   compile::CompileResult r = compile::compile_cubin(req, disk);
   const std::string reason = compile_reason(f, c, arch);
+  // Said of kernels compiled by prefetch.cpp before any call needs them.
+  const char* when = ahead ? " (ahead of its first call, in the background)" : "";
   auto& counters = stats::counters();
   if (r.from_disk) {
     counters.disk_hits++;
-    log::line(log::disk, "disk hit " + src.name + " (" + reason + ")");
+    log::line(log::disk, "disk hit " + src.name + when + " (" + reason + ")");
   } else {
     counters.disk_misses++;
     stats::record_compile(src.name, r.compile_ms);
     std::ostringstream s;
-    s << "compiled " << src.name << " for sm_" << arch << " in " << r.compile_ms << " ms: " << reason
-      << (disk ? "; not in the disk cache" : "; disk cache disabled");
+    s.setf(std::ios::fixed);
+    s.precision(1);
+    // The CPU time tells a compile that worked from one that waited (for a core, a lock).
+    s << "compiled " << src.name << " for sm_" << arch << when << " in " << r.compile_ms << " ms (" << r.compile_cpu_ms
+      << " ms CPU): " << reason << (disk ? "; not in the disk cache" : "; disk cache disabled");
     log::line(reason == "new fusion" ? log::compile : log::Topic(log::compile | log::recompile), s.str());
   }
   return r;
@@ -217,8 +293,17 @@ bool kernel_loaded(const FusionKey& f, const KernelConfig& c, int device) {
 }
 
 void clear_kernel_cache() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_kernels.clear();
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_kernels.clear();
+  }
+  std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+  for (auto it = g_compile_slots.begin(); it != g_compile_slots.end();) {
+    auto next = std::next(it);
+    it->second.reserved = false;
+    erase_if_unused(it);
+    it = next;
+  }
 }
 
 }  // namespace normjit

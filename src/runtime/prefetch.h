@@ -1,0 +1,66 @@
+// Compiling a training forward's backward kernel in the background, so that the backward finds it.
+//
+// The first training step of a model meets each new kernel twice: its forward calls compile the
+// forward kernels one after another, and its backward calls, a moment later, the backward kernels
+// of the same shapes. Both are predictable at the forward: the backward's fusion follows from the
+// forward's (same dtypes, layout, affine, residual, activation) and its kernel from the same shape
+// (the heuristics are pure). So on a training forward whose backward kernel is neither loaded nor
+// on disk, prefetch_backward queues that kernel for a background thread, which compiles it
+// (through the disk cache when enabled) into a reserved compile slot (kernel_cache.h): the
+// backward call then takes the cubin, or waits for the compile in progress, instead of starting
+// its own. A cubin whose backward never comes (a training forward under no_grad) stays in memory,
+// one per such kernel, until clear_memory_caches().
+//
+// Threads: 2 (1 on a machine of fewer than 4 hardware threads), started on the first prefetch;
+// NORMJIT_PREFETCH=N sets N (at most 4), 0 turns prefetch off. At exit they finish the compiles in
+// progress (the queue is dropped) and are joined. A failed background compile is warned about and
+// forgotten: the backward call compiles again and throws its own error.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+
+#include "compile/disk_cache.h"
+#include "runtime/device.h"
+#include "runtime/keys.h"
+
+namespace normjit {
+
+// The backward kernel that a call with the forward's fusion and shape will select: nullopt unless
+// the forward trains and saves its statistics (only such a forward has a backward). The backward's
+// pointers are not known yet: the forward's alignment is the guess (fresh allocations agree).
+std::optional<std::pair<FusionKey, KernelConfig>> backward_kernel_of(const FusionKey& forward, const ShapeKey& s,
+                                                                     const DeviceProfile& dev);
+
+// The runtime's hook (instance_norm.cpp, on an L1 miss): queues the backward kernel of a training
+// forward unless it is loaded on the device, or queued, already. Never throws.
+void prefetch_backward(const FusionKey& forward, const ShapeKey& s, const DeviceState& dev);
+
+// Queues compile_reserved(f, c, arch, disk) for the background threads after reserving the key (no-op
+// when it is reserved already). `device` >= 0: skipped if the kernel is loaded there by then.
+// Returns whether it was queued (never with prefetch off). (Also the tests' entry point: they pass
+// their own cache.)
+bool prefetch_compile(const FusionKey& f, const KernelConfig& c, int arch, int device, compile::DiskCache* disk);
+
+// Blocks until the queue is empty and no background compile runs (tests, benchmarks).
+void prefetch_wait_idle();
+// Drops the queue and joins the threads (waiting for the compiles in progress); prefetch stays off
+// afterwards. Exit does this by itself; the Python package calls it from its atexit hook, which
+// runs before the C++ teardown of the process.
+void prefetch_shutdown();
+
+struct PrefetchCounters {
+  uint64_t queued = 0;     // compiles queued
+  uint64_t compiled = 0;   // ... compiled by NVRTC in the background
+  uint64_t from_disk = 0;  // ... found in the disk cache
+  uint64_t unneeded = 0;   // ... no longer needed when their turn came (compiled or loaded meanwhile)
+  uint64_t failed = 0;     // ... that failed (warned; the call compiles again)
+};
+PrefetchCounters prefetch_counters();
+
+// NORMJIT_PREFETCH (read once): the number of background threads; prefetch is on unless it is 0.
+int prefetch_threads();
+bool prefetch_enabled();
+
+}  // namespace normjit
