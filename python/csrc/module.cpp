@@ -76,6 +76,9 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("version", &normjit::version, "Version of the normjit core library.");
 
+  m.def("enable_prefetch", [] { normjit::set_prefetch_default(true); },
+        "Compile training forwards' backward kernels in the background (unless NORMJIT_PREFETCH says "
+        "otherwise); normjit/_ops.py calls it after registering prefetch_shutdown at exit.");
   m.def(
       "prefetch_shutdown",
       [] {

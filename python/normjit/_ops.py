@@ -43,6 +43,8 @@ if _C is not None and hasattr(_C, "prefetch_shutdown"):
     # them (at most the compiles in progress) before the process's C++ teardown destroys NVRTC
     # under a running compile.
     atexit.register(_C.prefetch_shutdown)
+    if hasattr(_C, "enable_prefetch"):
+        _C.enable_prefetch()  # safe here: the atexit hook above joins the threads before teardown
 
 _state = None  # (available, reason) once probed
 

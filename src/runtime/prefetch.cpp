@@ -205,8 +205,16 @@ Worker& worker(int arch) {
 
 }  // namespace
 
+namespace {
+// Two threads keep up with a forward pass; on a small machine they would slow it instead.
+int default_threads() { return std::thread::hardware_concurrency() >= 4 ? 2 : 1; }
+std::atomic<bool> g_default_on{false};
+}  // namespace
+
+void set_prefetch_default(bool on) { g_default_on.store(on, std::memory_order_relaxed); }
+
 int prefetch_threads() {
-  static const int n = [] {
+  static const int from_env = [] {  // -1: not set
     const char* v = std::getenv("NORMJIT_PREFETCH");
     if (v && *v) {
       char* end = nullptr;
@@ -215,10 +223,10 @@ int prefetch_threads() {
       log::warn(std::string("NORMJIT_PREFETCH='") + v +
                 "' is not a number of threads (0 turns prefetch off); using the default");
     }
-    // Two threads keep up with a forward pass; on a small machine they would slow it instead.
-    return std::thread::hardware_concurrency() >= 4 ? 2 : 1;
+    return -1;
   }();
-  return n;
+  if (from_env >= 0) return from_env;
+  return g_default_on.load(std::memory_order_relaxed) ? default_threads() : 0;
 }
 
 bool prefetch_enabled() { return prefetch_threads() > 0; }

@@ -12,9 +12,13 @@
 // one per such kernel, until clear_memory_caches().
 //
 // Threads: 2 (1 on a machine of fewer than 4 hardware threads), started on the first prefetch;
-// NORMJIT_PREFETCH=N sets N (at most 4), 0 turns prefetch off. At exit they finish the compiles in
-// progress (the queue is dropped) and are joined. A failed background compile is warned about and
-// forgotten: the backward call compiles again and throws its own error.
+// NORMJIT_PREFETCH=N sets N (at most 4), 0 turns prefetch off. Off by default in the C++ core,
+// switched on by the Python package (set_prefetch_default), which joins the threads from its
+// atexit hook: measured on the H200 machine, a process that reached the C++ teardown while a
+// background compile ran hung (NVRTC calls into the CUDA driver, which exit tears down), so a C++
+// program that turns prefetch on must call prefetch_shutdown() before it exits. On exit the
+// threads finish the compiles in progress (the queue is dropped) and are joined. A failed background compile is warned
+// about and forgotten: the backward call compiles again and throws its own error.
 #pragma once
 
 #include <cstdint>
@@ -62,5 +66,8 @@ PrefetchCounters prefetch_counters();
 // NORMJIT_PREFETCH (read once): the number of background threads; prefetch is on unless it is 0.
 int prefetch_threads();
 bool prefetch_enabled();
+// The default when NORMJIT_PREFETCH is not set: off (false) unless the embedding program turns it
+// on and calls prefetch_shutdown() before exit (the Python package does both).
+void set_prefetch_default(bool on);
 
 }  // namespace normjit

@@ -18,6 +18,13 @@ using normjit_test::DeviceBuffer;
 
 TEST(GpuPrefetch, ATrainingForwardCompilesItsBackwardKernelAhead) {
   REQUIRE_GPU();
+  normjit::set_prefetch_default(true);  // off by default in the C++ core (the Python package turns it on)
+  struct Off {
+    ~Off() {
+      normjit::prefetch_wait_idle();
+      normjit::set_prefetch_default(false);
+    }
+  } off;
   if (!normjit::prefetch_enabled()) GTEST_SKIP() << "NORMJIT_PREFETCH=0";
   if (normjit::autotune_enabled()) GTEST_SKIP() << "autotune on: the backward may time other candidates";
   // A fusion and shape no other test uses (fp32 channels-last, residual, tanh).

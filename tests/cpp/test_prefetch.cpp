@@ -16,6 +16,7 @@
 
 #include "compile/compiler.h"
 #include "compile/disk_cache.h"
+#include "driver/cuda_driver.h"
 #include "driver/nvrtc.h"
 #include "runtime/call_keys.h"
 #include "runtime/kernel_cache.h"
@@ -33,8 +34,22 @@ bool have_nvrtc() {
   std::string why;
   return driver::try_nvrtc(&why) != nullptr;
 }
-#define REQUIRE_NVRTC() \
-  if (!have_nvrtc()) GTEST_SKIP() << "NVRTC not loadable: skipped"
+// Prefetch is off by default in the C++ core (prefetch.h); these tests turn it on, as the Python
+// package does.
+struct PrefetchOn {
+  PrefetchOn() { set_prefetch_default(true); }
+  ~PrefetchOn() { set_prefetch_default(false); }
+};
+#define REQUIRE_NVRTC()                                             \
+  if (!have_nvrtc()) GTEST_SKIP() << "NVRTC not loadable: skipped"; \
+  const PrefetchOn prefetch_on
+// Whether a CUDA driver loads here: then NVRTC calls into it, and an exit during a background
+// compile hangs in the driver's teardown (seen on the H200 machine), so a program must call
+// prefetch_shutdown() before it exits.
+bool have_cuda_driver() {
+  std::string why;
+  return driver::try_cuda_driver(&why) != nullptr;
+}
 
 void* fake(int i) { return reinterpret_cast<void*>(uintptr_t(i) << 32); }  // 256-byte aligned, distinct
 
@@ -309,7 +324,10 @@ TEST(PrefetchDeathTest, ExitWithCompilesQueuedIsClean) {
       prefetch_compile(f, k, 90, -1, cache);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a compile is under way (~150+ ms each)
-    std::exit(0);  // the compiles in progress finish, the queue is dropped, the threads are joined
+    // The compiles in progress finish, the queue is dropped, the threads are joined: by exit itself
+    // where no CUDA driver loads, else by the shutdown every program must call first (prefetch.h).
+    if (have_cuda_driver()) prefetch_shutdown();
+    std::exit(0);
   };
   EXPECT_EXIT(body(), testing::ExitedWithCode(0), "");
   compile::DiskCache cache(dir.path());
