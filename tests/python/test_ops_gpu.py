@@ -395,3 +395,29 @@ def test_more_than_2_pow_31_elements_fp16(shape):
             assert torch.isfinite(ym).all()
     del x, y
     torch.cuda.empty_cache()
+
+
+@pytest.mark.huge
+def test_resident_split_past_2_pow_31_elements_fp16():
+    # Many instances of the resident split (the training forward's default for 128^3 volumes) with
+    # element offsets past 2^31: 64-bit indexing in the pipelined kernel, forward and backward.
+    shape = (33, 32, 128, 128, 128)
+    numel = 33 * 32 * 128 ** 3
+    assert numel > 2 ** 31
+    free, _ = torch.cuda.mem_get_info()
+    if free < 5 * numel * 2:
+        pytest.skip(f"needs {5 * numel * 2 / 2**30:.1f} GiB of free GPU memory")
+    torch.manual_seed(0)
+    x = torch.empty(shape, device="cuda", dtype=torch.float16).normal_(3.0, 2.0).requires_grad_()
+    with _no_fallback():
+        y = NF.instance_norm(x)
+        dy = torch.empty_like(y).normal_()
+        (dx,) = torch.autograd.grad(y, x, dy)
+    for n in (0, 16, 32):  # the last sample lies entirely past 2^31 elements
+        xr = x[n:n + 1].detach().double().requires_grad_()
+        yr = F.instance_norm(xr)
+        (dxr,) = torch.autograd.grad(yr, xr, dy[n:n + 1].double())
+        torch.testing.assert_close(y[n:n + 1].float(), yr.float(), rtol=1e-2, atol=2e-2)
+        torch.testing.assert_close(dx[n:n + 1].float(), dxr.float(), rtol=1e-2, atol=2e-2)
+    del x, y, dy, dx
+    torch.cuda.empty_cache()
