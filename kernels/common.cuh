@@ -182,32 +182,19 @@ __device__ __forceinline__ unsigned volatile_load(const unsigned* p) {
   return *reinterpret_cast<const volatile unsigned*>(p);
 }
 
-// One thread announces that its CTA's partials are written (a fence first, so that peers which
-// see the count also see the partials); exchange_wait spins until all `chunks` peers of the
-// instance have announced theirs; after it returns, the partials may be read (with __ldcg).
-__device__ __forceinline__ void exchange_arrive(unsigned* counters, idx_t instance) {
+// One thread publishes its chunk's partial pair (a, b) and spins until all `chunks` peers of the
+// instance have published theirs; after it returns, the partials may be read (with __ldcg).
+__device__ __forceinline__ void exchange_arrive_and_wait(unsigned* counters, idx_t instance, int chunks) {
   __threadfence();  // this CTA's partials before its arrival
   atomicAdd(counters + 2 * instance, 1u);
-}
-__device__ __forceinline__ void exchange_wait(unsigned* counters, idx_t instance, int chunks) {
   while (volatile_load(counters + 2 * instance) < (unsigned)chunks) __nanosleep(20);
   __threadfence();
 }
-__device__ __forceinline__ void exchange_arrive_and_wait(unsigned* counters, idx_t instance, int chunks) {
-  exchange_arrive(counters, instance);
-  exchange_wait(counters, instance, chunks);
-}
-// The chunk's partial pair (a, b) into its slot, then the arrival.
-__device__ __forceinline__ void exchange_publish(unsigned* counters, idx_t instance, float* partials, idx_t slot,
-                                                 float a, float b) {
-  __stcg(partials + 2 * slot, a);
-  __stcg(partials + 2 * slot + 1, b);
-  exchange_arrive(counters, instance);
-}
 __device__ __forceinline__ void exchange_publish_and_wait(unsigned* counters, idx_t instance, float* partials,
                                                           idx_t slot, float a, float b, int chunks) {
-  exchange_publish(counters, instance, partials, slot, a, b);
-  exchange_wait(counters, instance, chunks);
+  __stcg(partials + 2 * slot, a);
+  __stcg(partials + 2 * slot + 1, b);
+  exchange_arrive_and_wait(counters, instance, chunks);
 }
 
 // One thread, once its CTA has read every partial it needs: the last peer to leave resets the
@@ -337,19 +324,13 @@ __device__ __forceinline__ float chunk_count(const NjParams& p, int j) {
 // for reasons not found), so the forward keeps the whole-CTA merge. `out` is 2 floats of shared
 // memory used by nothing else.
 
-// Warp 0: the instance's partial pairs added in a fixed order (chunk j on lane j % 32, lanes in a
-// shuffle tree); lane 0 holds the sums. Only after exchange_wait.
-__device__ __forceinline__ void warp0_sum_partials(const NjParams& p, const Unit& u, float& s0, float& s1) {
-  const float* part = p.partials + 2 * u.instance * p.chunks;
-  float a = 0.f, b = 0.f;
-#pragma unroll 4
-  for (int j = threadIdx.x; j < p.chunks; j += 32) a += __ldcg(part + 2 * j), b += __ldcg(part + 2 * j + 1);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    a += __shfl_down_sync(0xffffffffu, a, offset);
-    b += __shfl_down_sync(0xffffffffu, b, offset);
-  }
-  s0 = a, s1 = b;
+// Warp 0, lane 0 publishes the CTA's partial (a, b) and waits for the peers; then warp 0 reads
+// the instance's partials from the returned pointer.
+__device__ __forceinline__ const float* exchange_warp0_wait(const NjParams& p, const Unit& u, float a, float b) {
+  if (threadIdx.x == 0)
+    exchange_publish_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, a, b, p.chunks);
+  __syncwarp();
+  return p.partials + 2 * u.instance * p.chunks;
 }
 
 // Every thread: thread 0's merged (a, b) to the whole CTA, and this CTA leaves the exchange (after
@@ -366,11 +347,16 @@ __device__ __forceinline__ void exchange_warp0_finish(const NjParams& p, const U
 __device__ __forceinline__ void exchange_sum_partials(const NjParams& p, const Unit& u, float& s0, float& s1,
                                                       float* out) {
   if (threadIdx.x < 32) {
-    if (threadIdx.x == 0)
-      exchange_publish_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, s0, s1,
-                                p.chunks);
-    __syncwarp();
-    warp0_sum_partials(p, u, s0, s1);
+    const float* part = exchange_warp0_wait(p, u, s0, s1);
+    float a = 0.f, b = 0.f;
+#pragma unroll 4
+    for (int j = threadIdx.x; j < p.chunks; j += 32) a += __ldcg(part + 2 * j), b += __ldcg(part + 2 * j + 1);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      a += __shfl_down_sync(0xffffffffu, a, offset);
+      b += __shfl_down_sync(0xffffffffu, b, offset);
+    }
+    s0 = a, s1 = b;
   }
   exchange_warp0_finish(p, u, s0, s1, out);
 }

@@ -196,42 +196,33 @@ __device__ __forceinline__ void resident_take_tile(idx_t step, bool landed, BwdT
     resident_take(step, t.x, t.dy, res);
 }
 
-// The resident split's pipeline: phases A, B and C of every step (see resident_split.cuh).
+// The resident split's phases B and C (resident_split.cuh runs the pipeline).
 __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem, unsigned tag) {
-  const idx_t steps = num_rounds(p);
   const void* src[3] = {p.x, p.dy, p.residual};
-  for (idx_t step = 0; step < steps + NJ_OUTPUT_LAG; ++step) {
-    // A: this step's chunk, and the partials that phase C will add, start loading.
-    resident_load(p, step, src);
-    const Unit uc = resident_output_unit(p, step, steps);
-    const TaggedPair peek = resident_peek(p, uc);
-    if (step >= 1 && step <= steps) {
-      // B: the chunk's (sum g, sum g * xhat), to its peers.
-      const Unit u = make_unit(p, step - 1);
-      if (u.active) {  // the same for every thread: one unit per CTA
+  resident_pipeline(
+      p, src,
+      [&](const Unit& u, idx_t step) {
+        // B: the chunk's (sum g, sum g * xhat), to its peers.
         const BwdContext s = bwd_context(p, u);
         BwdTile t;
-        resident_take_tile(step - 1, true, t);
+        resident_take_tile(step, true, t);
         float sums[2] = {0.f, 0.f};
         accumulate_tile(p, s, u.v_begin, u.v_end, threadIdx.x, t, sums);
         group_sum<2>(sums, smem);
         if (threadIdx.x == 0) resident_publish(p, u, tag, sums[0], sums[1]);
-      }
-    }
-    if (uc.active) {
-      // C: the instance's sums (thread j holds chunk j's, added in group_sum's fixed tree), then
-      // dx of the chunk loaded NJ_OUTPUT_LAG steps ago.
-      const BwdContext s = bwd_context(p, uc);
-      float sums[2];
-      resident_settle(p, uc, tag, peek, sums[0], sums[1]);
-      group_sum<2>(sums, smem);
-      keep_weight_sums(p, uc, threadIdx.x, sums);
-      BwdTile t;
-      resident_take_tile(step - NJ_OUTPUT_LAG, false, t);
-      write_dx_tile(p, uc, s, uc.v_begin, threadIdx.x, t, sums[0] * p.inv_spatial, sums[1] * p.inv_spatial);
-    }
-  }
-  nj_cp_async_wait<0>();
+      },
+      [&](const Unit& u, idx_t step, const TaggedPair& peek) {
+        // C: the instance's sums (thread j holds chunk j's, added in group_sum's fixed tree), then
+        // dx of the chunk, from its slot.
+        const BwdContext s = bwd_context(p, u);
+        float sums[2];
+        resident_settle(p, u, tag, peek, sums[0], sums[1]);
+        group_sum<2>(sums, smem);
+        keep_weight_sums(p, u, threadIdx.x, sums);
+        BwdTile t;
+        resident_take_tile(step, false, t);
+        write_dx_tile(p, u, s, u.v_begin, threadIdx.x, t, sums[0] * p.inv_spatial, sums[1] * p.inv_spatial);
+      });
 }
 #endif
 

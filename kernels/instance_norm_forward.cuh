@@ -182,47 +182,38 @@ __device__ __forceinline__ void affine_scale_shift(const NjParams& p, const Unit
 }
 
 #if NJ_RESIDENT
-// The resident split's pipeline (resident_split.cuh): phases A, B and C of every step.
+// The resident split's phases B and C (resident_split.cuh runs the pipeline).
 __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem, unsigned tag) {
-  const idx_t steps = num_rounds(p);
   const void* src[1] = {p.x};
-  for (idx_t step = 0; step < steps + NJ_OUTPUT_LAG; ++step) {
-    // A: this step's chunk, and the partials that phase C will merge, start loading.
-    resident_load(p, step, src);
-    const Unit uc = resident_output_unit(p, step, steps);
-    const TaggedPair peek = resident_peek(p, uc);
-    if (step >= 1 && step <= steps) {
-      // B: the statistics of the chunk that landed, two-pass in registers, to its peers.
-      const Unit u = make_unit(p, step - 1);
-      if (u.active) {  // the same for every thread: one unit per CTA
+  resident_pipeline(
+      p, src,
+      [&](const Unit& u, idx_t step) {
+        // B: the statistics of the chunk that landed, two-pass in registers, to its peers.
         vec_t xr[NJ_ITEMS];
-        resident_take_landed(step - 1, xr, nullptr, nullptr);
+        resident_take_landed(step, xr, nullptr, nullptr);
         float tn = 0.f, tmean = 0.f, tm2 = 0.f, mean, m2;
         thread_tile_stats(xr, u.v_begin, u.v_end, threadIdx.x, tn, tmean, tm2);
         group_merge_stats(tn, tmean, tm2, chunk_count(p, u.chunk), smem, mean, m2);
         if (threadIdx.x == 0) resident_publish(p, u, tag, mean, m2);
-      }
-    }
-    if (uc.active) {
-      // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's), as in
-      // merge_chunk_stats; then the output of the chunk loaded NJ_OUTPUT_LAG steps ago.
-      float mean_j, m2_j;
-      resident_settle(p, uc, tag, peek, mean_j, m2_j);
-      const float n_j = threadIdx.x < p.chunks ? chunk_count(p, (int)threadIdx.x) : 0.f;
-      float acc[1] = {n_j * mean_j};
-      group_sum<1>(acc, smem);
-      const float mean = acc[0] / (float)p.spatial;
-      const float d = mean_j - mean;
-      acc[0] = m2_j + n_j * d * d;
-      group_sum<1>(acc, smem);
-      float scale, shift;
-      affine_scale_shift(p, uc, instance_rstd(p, uc, threadIdx.x, mean, acc[0], (float)p.spatial), scale, shift);
-      vec_t xr[NJ_ITEMS];
-      resident_take(step - NJ_OUTPUT_LAG, xr, nullptr, nullptr);
-      normalize_tile(p, uc, uc.v_begin, threadIdx.x, xr, mean, scale, shift);
-    }
-  }
-  nj_cp_async_wait<0>();
+      },
+      [&](const Unit& u, idx_t step, const TaggedPair& peek) {
+        // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's), as in
+        // merge_chunk_stats; then the output of the chunk, from its slot.
+        float mean_j, m2_j;
+        resident_settle(p, u, tag, peek, mean_j, m2_j);
+        const float n_j = threadIdx.x < p.chunks ? chunk_count(p, (int)threadIdx.x) : 0.f;
+        float acc[1] = {n_j * mean_j};
+        group_sum<1>(acc, smem);
+        const float mean = acc[0] / (float)p.spatial;
+        const float d = mean_j - mean;
+        acc[0] = m2_j + n_j * d * d;
+        group_sum<1>(acc, smem);
+        float scale, shift;
+        affine_scale_shift(p, u, instance_rstd(p, u, threadIdx.x, mean, acc[0], (float)p.spatial), scale, shift);
+        vec_t xr[NJ_ITEMS];
+        resident_take(step, xr, nullptr, nullptr);
+        normalize_tile(p, u, u.v_begin, threadIdx.x, xr, mean, scale, shift);
+      });
 }
 #endif
 

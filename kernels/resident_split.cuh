@@ -68,11 +68,6 @@ __device__ __forceinline__ void resident_take(idx_t step, vec_t* out0, vec_t* ou
   slots_read(resident_slot(step), out0, out1, out2);
 }
 
-// The unit of phase C at `step` (inactive before the pipeline is full).
-__device__ __forceinline__ Unit resident_output_unit(const NjParams& p, idx_t step, idx_t steps) {
-  return make_unit(p, step >= NJ_OUTPUT_LAG ? step - NJ_OUTPUT_LAG : steps);
-}
-
 // ---------------------------------------------------------------- the tagged exchange
 typedef unsigned long long nj_u64;
 
@@ -139,5 +134,30 @@ __device__ __forceinline__ void resident_advance_generation(const NjParams& p, u
   } else if (threadIdx.x == 0) {
     nj_store_relaxed(p.exchange, tag);
   }
+}
+
+// ---------------------------------------------------------------- the pipeline
+// Every step: phase A here (this CTA's chunk of the step, and the look at the partials phase C
+// will merge, start loading, so their latency overlaps phase B), then
+//   stats(u, step)          phase B, for the unit u whose chunk was loaded at `step` (one ago)
+//   output(u, step, peek)   phase C, for the unit loaded NJ_OUTPUT_LAG steps ago; `peek` goes to
+//                           resident_settle
+// Both are called for active units only; an active unit is the same for every thread of the CTA
+// (one unit per CTA), so the phases may use CTA barriers.
+template <class Stats, class Output>
+__device__ __forceinline__ void resident_pipeline(const NjParams& p, const void* const* src, Stats stats,
+                                                  Output output) {
+  const idx_t steps = num_rounds(p);
+  for (idx_t step = 0; step < steps + NJ_OUTPUT_LAG; ++step) {
+    resident_load(p, step, src);
+    const Unit uc = make_unit(p, step >= NJ_OUTPUT_LAG ? step - NJ_OUTPUT_LAG : steps);  // inactive until full
+    const TaggedPair peek = resident_peek(p, uc);
+    if (step >= 1 && step <= steps) {
+      const Unit u = make_unit(p, step - 1);
+      if (u.active) stats(u, step - 1);
+    }
+    if (uc.active) output(uc, step - NJ_OUTPUT_LAG, peek);
+  }
+  nj_cp_async_wait<0>();
 }
 #endif

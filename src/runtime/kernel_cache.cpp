@@ -168,13 +168,19 @@ compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c,
   return slot->result;
 }
 
-bool kernel_on_disk(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache& disk) {
+namespace {
+compile::CompileRequest compile_request(const FusionKey& f, const KernelConfig& c, int arch) {
   const codegen::KernelSource src = codegen::generate(f, c);
   compile::CompileRequest req;
   req.name = src.name;
   req.source = src.source;
   req.arch = arch;
-  return disk.load(compile::disk_key(req)).has_value();
+  return req;
+}
+}  // namespace
+
+bool kernel_on_disk(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache& disk) {
+  return disk.load(compile::disk_key(compile_request(f, c, arch))).has_value();
 }
 
 size_t compile_slots_in_use() {
@@ -215,11 +221,7 @@ AheadResult compile_reserved(const FusionKey& f, const KernelConfig& c, int arch
 
 compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelConfig& c, int arch,
                                                compile::DiskCache* disk, bool ahead) {
-  const codegen::KernelSource src = codegen::generate(f, c);
-  compile::CompileRequest req;
-  req.name = src.name;
-  req.source = src.source;
-  req.arch = arch;
+  const compile::CompileRequest req = compile_request(f, c, arch);
   compile::CompileResult r = compile::compile_cubin(req, disk);
   const std::string reason = compile_reason(f, c, arch);
   // Said of kernels compiled by prefetch.cpp before any call needs them.
@@ -227,15 +229,15 @@ compile::CompileResult compile_kernel_uncached(const FusionKey& f, const KernelC
   auto& counters = stats::counters();
   if (r.from_disk) {
     counters.disk_hits++;
-    log::line(log::disk, "disk hit " + src.name + when + " (" + reason + ")");
+    log::line(log::disk, "disk hit " + req.name + when + " (" + reason + ")");
   } else {
     counters.disk_misses++;
-    stats::record_compile(src.name, r.compile_ms);
+    stats::record_compile(req.name, r.compile_ms);
     std::ostringstream s;
     s.setf(std::ios::fixed);
     s.precision(1);
     // The CPU time tells a compile that worked from one that waited (for a core, a lock).
-    s << "compiled " << src.name << " for sm_" << arch << when << " in " << r.compile_ms << " ms (" << r.compile_cpu_ms
+    s << "compiled " << req.name << " for sm_" << arch << when << " in " << r.compile_ms << " ms (" << r.compile_cpu_ms
       << " ms CPU): " << reason << (disk ? "; not in the disk cache" : "; disk cache disabled");
     log::line(reason == "new fusion" ? log::compile : log::Topic(log::compile | log::recompile), s.str());
   }

@@ -203,9 +203,6 @@ Worker& worker(int arch) {
   return *w;
 }
 
-}  // namespace
-
-namespace {
 // Two threads keep up with a forward pass; on a small machine they would slow it instead.
 int default_threads() { return std::thread::hardware_concurrency() >= 4 ? 2 : 1; }
 std::atomic<bool> g_default_on{false};
