@@ -11,6 +11,8 @@
 //             disk cache): each forward call compiles its new kernel, then each backward call
 //   step-prefetch  the same with the runtime's prefetch: each forward call first queues its
 //             backward kernel for the background threads (runtime/prefetch.h)
+//   step-ladder  step-prefetch plus the ladder: a forward call that compiles also queues the
+//             kernels of the stages after it (prefetch_ladder), as the runtime does
 // Before them a trivial program is compiled twice: the difference is NVRTC's one-time start-up.
 // Each compile reports its wall time and the CPU time of its thread (NVRTC compiles on the calling
 // thread): wall >> CPU means the compile waited (for a core, a lock, the driver), not worked.
@@ -19,15 +21,18 @@
 // as it is on the thread of a PyTorch training step: NVRTC calls into libcuda (cuInit, and the
 // driver's tools callbacks around each nvrtcCreateProgram/nvrtcCompileProgram).
 //   build/normjit_cold_compile_bench [--layout ncdhw|ndhwc] [--patch 128] [--arch 90]
-//                                    [--mode serial|thread|parallel|step|step-prefetch] [--jobs J]
+//                                    [--mode serial|thread|parallel|step|step-prefetch|step-ladder] [--jobs J]
 //                                    [--minimal]
 //                                    [--context] [--no-prime]
+//                                    [--option O]... (an extra NVRTC option for every kernel, e.g.
+//                                    -Ofast-compile=min) [--dump DIR] (write each kernel's source)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,7 +69,25 @@ double compile_ms(compile::CompileRequest req, std::vector<char>* cubin, double*
 
 // The compiles of a lazy first step (modes step and step-prefetch). explain_calls lists each shape's
 // forward call, then its backward call; the backward pass meets the shapes in the same order.
-int lazy_step(const std::vector<tools::ExplainCall>& calls, int arch, bool prefetch) {
+// The runtime's key of a contiguous tensor of the call's shape (what prefetch_ladder is given).
+ShapeKey shape_key(const tools::Shape& shape, Layout layout) {
+  ShapeKey k = zeroed<ShapeKey>();
+  k.N = shape[0], k.C = shape[1], k.spatial = 1;
+  for (size_t d = 2; d < shape.size(); ++d) k.spatial *= shape[d];
+  if (layout == Layout::ndhwc)
+    k.stride_c = 1, k.stride_s = k.C, k.stride_n = k.spatial * k.C;
+  else
+    k.stride_s = 1, k.stride_c = k.spatial, k.stride_n = k.C * k.spatial;
+  k.align_bytes = 256;
+  return k;
+}
+
+int lazy_step(const std::vector<tools::ExplainCall>& calls, int arch, bool prefetch, bool ladder) {
+  if (prefetch) set_prefetch_default(true);
+  DeviceState dev;  // for prefetch_ladder: nothing is ever loaded on it
+  dev.ordinal = 0;
+  dev.profile = builtin_profile("H200");
+  dev.profile.arch = arch;
   const uint64_t compiles0 = stats::counters().compiles;
   const auto start = Clock::now();
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -73,6 +96,7 @@ int lazy_step(const std::vector<tools::ExplainCall>& calls, int arch, bool prefe
     const bool bwd_next = i + 1 < calls.size() && calls[i + 1].direction == Direction::backward;
     if (prefetch && bwd_next && calls[i + 1].new_kernel)  // what the hook queues: a kernel not loaded yet
       prefetch_compile(calls[i + 1].fusion, calls[i + 1].config, arch, -1, nullptr);
+    if (ladder && c.new_kernel) prefetch_ladder(c.fusion, shape_key(c.shape, c.fusion.layout), c.config, dev);
     if (c.new_kernel) compile_kernel(c.fusion, c.config, arch, nullptr);
   }
   const double forward_ms = ms_since(start);
@@ -90,6 +114,8 @@ int lazy_step(const std::vector<tools::ExplainCall>& calls, int arch, bool prefe
       static_cast<unsigned long long>(stats::counters().compiles - compiles0),
       static_cast<unsigned long long>(p.queued), static_cast<unsigned long long>(p.compiled),
       static_cast<unsigned long long>(p.unneeded));
+  if (ladder) std::printf("the ladder queued %llu of them\n", static_cast<unsigned long long>(p.ladder));
+  prefetch_shutdown();
   return 0;
 }
 
@@ -101,6 +127,8 @@ int main(int argc, char** argv) {
   int patch = 128, arch = 90, jobs = int(std::max(1u, std::thread::hardware_concurrency()));
   std::string mode = "serial";
   bool minimal = false, prime = true, context = false;
+  std::vector<std::string> extra_options;
+  std::string dump_dir;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -120,6 +148,10 @@ int main(int argc, char** argv) {
       prime = false;
     else if (a == "--context")
       context = true;
+    else if (a == "--option")
+      extra_options.push_back(next());
+    else if (a == "--dump")
+      dump_dir = next();
     else {
       std::fprintf(stderr, "unknown argument %s (see the comment at the top of bench/cold_compile_bench.cpp)\n",
                    a.c_str());
@@ -148,6 +180,8 @@ int main(int argc, char** argv) {
       it.req.name = src.name;
       it.req.source = src.source;
       it.req.arch = arch;
+      it.req.options = extra_options;
+      if (!dump_dir.empty()) std::ofstream(dump_dir + "/" + src.name + ".cu") << src.source;
       items.push_back(std::move(it));
     }
 
@@ -164,7 +198,9 @@ int main(int argc, char** argv) {
                 first - second);
   }
 
-  if (mode == "step" || mode == "step-prefetch") return lazy_step(calls, arch, mode == "step-prefetch");
+  if (mode == "step-ladder") setenv("NORMJIT_DISABLE_DISK_CACHE", "1", 1);  // the ladder's disk check: none
+  if (mode == "step" || mode == "step-prefetch" || mode == "step-ladder")
+    return lazy_step(calls, arch, mode != "step", mode == "step-ladder");
   if (context) {
     try {
       device_state(0);

@@ -270,6 +270,7 @@ Plan build_plan(const FusionKey& f, const ShapeKey& s, void* stream, const NjPar
       throw Error("normjit: kernel " + kernel_name(f, l.config) +
                   " is not compiled yet and the stream is being captured into a CUDA graph; run the same call once "
                   "before capturing (or use `normjit warmup`)");
+    prefetch_ladder(f, s, l.config, dev);  // a cold forward: the next stages' kernels compile beside it
   }
   const LoadedKernel& k = get_kernel(f, l.config, s.device);
   const Plan p = make_plan(l, k, dev);

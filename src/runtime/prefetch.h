@@ -11,8 +11,18 @@
 // its own. A cubin whose backward never comes (a training forward under no_grad) stays in memory,
 // one per such kernel, until clear_memory_caches().
 //
-// Threads: 2 (1 on a machine of fewer than 4 hardware threads), started on the first prefetch;
-// NORMJIT_PREFETCH=N sets N (at most 4), 0 turns prefetch off. Off by default in the C++ core,
+// The ladder: a U-Net's first forward meets its stages one after another, each with a new kernel,
+// so a cold first step would compile its forward kernels one at a time on the caller's thread.
+// When a forward's kernel is neither loaded nor on disk (a process meeting the model for the first
+// time), prefetch_ladder also queues the kernels of the shapes a U-Net encoder meets next (each
+// stage halves the three spatial dims and doubles the channels), forward kernels first, then their
+// backward kernels, so that they compile in parallel with the caller's own compile. A guess that
+// misses costs a background compile (at most 2 x kLadderStages per cold forward kernel, most of
+// them shared), and its cubin goes to the disk cache like any other. NORMJIT_PREFETCH_LADDER=0
+// turns the ladder off (the backward prefetch stays).
+//
+// Threads: half the hardware threads, 2 to 8 (1 on a machine of fewer than 4), started on the first
+// prefetch; NORMJIT_PREFETCH=N sets N (at most 16), 0 turns prefetch off. Off by default in the C++ core,
 // switched on by the Python package (set_prefetch_default), which joins the threads from its
 // atexit hook: measured on the H200 machine, a process that reached the C++ teardown while a
 // background compile ran hung (NVRTC calls into the CUDA driver, which exit tears down), so a C++
@@ -24,6 +34,7 @@
 #include <cstdint>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "compile/disk_cache.h"
 #include "runtime/device.h"
@@ -40,6 +51,17 @@ std::optional<std::pair<FusionKey, KernelConfig>> backward_kernel_of(const Fusio
 // The runtime's hook (instance_norm.cpp, on an L1 miss): queues the backward kernel of a training
 // forward unless it is loaded on the device, or queued, already. Never throws.
 void prefetch_backward(const FusionKey& forward, const ShapeKey& s, const DeviceState& dev);
+
+// How far the ladder reaches: nnU-Net's 6 stages are 5 steps below the first.
+constexpr int kLadderStages = 5;
+// The shapes after s (contiguous in `layout`): spatial / 8 and C x 2 per stage, while the volume
+// keeps 2 or more elements.
+std::vector<ShapeKey> ladder_after(const ShapeKey& s, Layout layout);
+// The runtime's hook for a forward whose kernel (forward_config) is not loaded (instance_norm.cpp):
+// queues the ladder's kernels unless the forward's own kernel is on disk. Never throws.
+void prefetch_ladder(const FusionKey& forward, const ShapeKey& s, const KernelConfig& forward_config,
+                     const DeviceState& dev);
+bool prefetch_ladder_enabled();
 
 // Queues compile_reserved(f, c, arch, disk) for the background threads after reserving the key (no-op
 // when it is reserved already). `device` >= 0: skipped if the kernel is loaded there by then.
@@ -60,6 +82,7 @@ struct PrefetchCounters {
   uint64_t from_disk = 0;  // ... found in the disk cache
   uint64_t unneeded = 0;   // ... no longer needed when their turn came (compiled or loaded meanwhile)
   uint64_t failed = 0;     // ... that failed (warned; the call compiles again)
+  uint64_t ladder = 0;     // of the queued, those queued by prefetch_ladder
 };
 PrefetchCounters prefetch_counters();
 

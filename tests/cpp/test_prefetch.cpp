@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -394,6 +395,112 @@ TEST(Prefetch, AForkedChildNeitherQueuesNorJoinsTheParentsThread) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   compile_kernel(f, c, 90, nullptr);  // claim the parent's reservation
   EXPECT_EQ(compile_slots_in_use(), 0u);
+}
+
+// ---------------------------------------------------------------- the ladder (prefetch.h)
+std::vector<Call> unet_ladder(int patch, Layout layout) {
+  const int features[] = {32, 64, 128, 256, 320, 320};  // nnU-Net's PlainConvUNet
+  std::vector<Call> calls;
+  for (int s = 0; s < 6 && (patch >> s) >= 2; ++s) {
+    const int64_t p = patch >> s;
+    calls.push_back({{2, features[s], p, p, p}, DType::f16, layout});
+  }
+  return calls;
+}
+
+TEST(PrefetchLadder, HalvesEachSpatialDimAndDoublesTheChannels) {
+  const ShapeKey s = forward_of({{2, 32, 128, 128, 128}}).shape;
+  const std::vector<ShapeKey> ladder = ladder_after(s, Layout::ncdhw);
+  ASSERT_EQ(ladder.size(), size_t(kLadderStages));
+  for (size_t i = 0; i < ladder.size(); ++i) {
+    const int64_t p = 128 >> (i + 1), c = 32 << (i + 1);
+    const ShapeKey want = forward_of({{2, c, p, p, p}}).shape;  // a contiguous tensor of that shape
+    EXPECT_TRUE(bytes_equal(ladder[i], want)) << "stage " << i + 1;
+  }
+  const std::vector<ShapeKey> last = ladder_after(forward_of({{2, 320, 4, 4, 4}, DType::f16, Layout::ndhwc}).shape,
+                                                  Layout::ndhwc);
+  ASSERT_EQ(last.size(), 1u) << "4^3 -> 2^3, then a volume of 1 (not a training shape): stop";
+  EXPECT_TRUE(bytes_equal(last[0], forward_of({{2, 640, 2, 2, 2}, DType::f16, Layout::ndhwc}).shape));
+  EXPECT_TRUE(ladder_after(forward_of({{2, 8, 2, 2, 2}}).shape, Layout::ncdhw).empty());
+}
+
+// The guess is good enough where it matters: from the first norm of an nnU-Net, the ladder's
+// kernels (and the first norm's own) are every kernel the network's forward and backward select.
+TEST(PrefetchLadder, CoversTheKernelsOfAnNnUNet) {
+  const DeviceProfile dev = builtin_profile("H200");
+  for (Layout layout : {Layout::ncdhw, Layout::ndhwc})
+    for (int patch : {128, 96, 64}) {
+      const std::vector<Call> net = unet_ladder(patch, layout);
+      const CallKeys first = forward_of(net[0]);
+      std::set<std::string> guessed{
+          kernel_name(first.fusion, choose_launch(first.fusion, first.shape, dev, Policy::bounded).config)};
+      std::vector<ShapeKey> shapes = ladder_after(first.shape, layout);
+      shapes.push_back(first.shape);
+      for (const ShapeKey& k : shapes) {
+        guessed.insert(kernel_name(first.fusion, choose_launch(first.fusion, k, dev, Policy::bounded).config));
+        const auto b = backward_kernel_of(first.fusion, k, dev);
+        guessed.insert(kernel_name(b->first, b->second));
+      }
+      for (const Call& c : net) {
+        const CallKeys f = forward_of(c), b = backward_of(c);
+        for (const CallKeys* k : {&f, &b}) {
+          const std::string name = kernel_name(k->fusion, choose_launch(k->fusion, k->shape, dev, Policy::bounded).config);
+          EXPECT_TRUE(guessed.count(name)) << layout_name(layout) << " patch " << patch << ": " << name
+                                           << " (of " << c.sizes[1] << "x" << c.sizes[2] << "^3) is not guessed";
+        }
+      }
+    }
+}
+
+TEST(PrefetchLadder, OffWithTheVariable) {
+  const PrefetchOn prefetch_on;
+  setenv("NORMJIT_PREFETCH_LADDER", "0", 1);
+  EXPECT_FALSE(prefetch_ladder_enabled());
+  const CallKeys f = forward_of({{2, 32, 32, 32, 32}});
+  const uint64_t queued = prefetch_counters().queued;
+  prefetch_ladder(f.fusion, f.shape, choose_launch(f.fusion, f.shape, builtin_profile("H200"), Policy::bounded).config,
+                  h200_state());
+  EXPECT_EQ(prefetch_counters().queued, queued);
+  unsetenv("NORMJIT_PREFETCH_LADDER");
+  EXPECT_TRUE(prefetch_ladder_enabled());
+}
+
+// A cold forward (its kernel on no disk) queues the next stages' kernels, forward then backward,
+// each once; they land in the disk cache. Once its own kernel is on disk, the same forward queues
+// nothing (a warm cache: the process is not the model's first).
+TEST(PrefetchLadderDeathTest, AColdForwardCompilesTheNextStagesIntoTheDiskCache) {
+  REQUIRE_NVRTC();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const DeathTestDir dir("NORMJIT_TEST_LADDER_DIR");
+  const DeviceProfile dev = builtin_profile("H200");
+  const CallKeys f = forward_of({{2, 32, 32, 32, 32}});  // 32^3 .. 2^3: a short ladder, ~8 kernels
+  const KernelConfig own = choose_launch(f.fusion, f.shape, dev, Policy::bounded).config;
+  std::set<std::string> expected;  // the ladder's kernels, less the forward's own
+  for (const ShapeKey& k : ladder_after(f.shape, Layout::ncdhw)) {
+    expected.insert(kernel_name(f.fusion, choose_launch(f.fusion, k, dev, Policy::bounded).config));
+    const auto b = backward_kernel_of(f.fusion, k, dev);
+    expected.insert(kernel_name(b->first, b->second));
+  }
+  expected.erase(kernel_name(f.fusion, own));
+  ASSERT_GE(expected.size(), 5u) << "32^3 .. 2^3 need several tiers";
+  auto body = [&] {
+    setenv("NORMJIT_CACHE_DIR", dir.path().c_str(), 1);
+    prefetch_ladder(f.fusion, f.shape, own, h200_state());
+    prefetch_ladder(f.fusion, f.shape, own, h200_state());  // the next call of the same kernel: nothing new
+    prefetch_wait_idle();
+    compile::DiskCache& disk = compile::DiskCache::global();
+    bool ok = prefetch_counters().ladder == expected.size() && prefetch_counters().queued == expected.size() &&
+              prefetch_counters().failed == 0;
+    for (const std::string& name : expected) ok = ok && entries_named(disk, name) == 1;
+    ok = ok && entries_named(disk, kernel_name(f.fusion, own)) == 0;  // the call compiles its own
+    compile_kernel(f.fusion, own, 90);
+    clear_kernel_cache();  // drops the reservations the ladder's guesses hold
+    prefetch_ladder(f.fusion, f.shape, own, h200_state());
+    ok = ok && prefetch_counters().queued == expected.size();  // own kernel on disk: a warm cache
+    if (have_cuda_driver()) prefetch_shutdown();
+    std::exit(ok ? 0 : 1);
+  };
+  EXPECT_EXIT(body(), testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
