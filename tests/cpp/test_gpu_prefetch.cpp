@@ -71,8 +71,11 @@ TEST(GpuPrefetch, ATrainingForwardCompilesItsBackwardKernelAhead) {
   normjit::instance_norm_backward(ba);
   EXPECT_EQ(normjit::stats::counters().compiles, compiles) << "the backward compiled its kernel itself";
   EXPECT_TRUE(normjit::kernel_loaded(bk.fusion, bc, 0));
-  EXPECT_EQ(normjit::compile_slots_in_use(), after.ladder - before.ladder)
-      << "only the ladder's guesses, whose calls never came, keep their slots";
+  // The ladder's guesses (prefetch.h) keep their slots for calls that never come in this test;
+  // dropping the reservations must leave none, and no slot for the later tests of this process.
+  EXPECT_LE(normjit::compile_slots_in_use(), after.ladder - before.ladder);
+  normjit::clear_kernel_cache();
+  EXPECT_EQ(normjit::compile_slots_in_use(), 0u);
   std::vector<float> out(static_cast<size_t>(n));
   dx.download(out.data());
   for (float o : out) ASSERT_TRUE(std::isfinite(o));
