@@ -126,11 +126,17 @@ def child_command(child: Child, args: argparse.Namespace, result: str) -> list[s
 
 def child_environment(child: Child, root: str) -> dict[str, str]:
     """The child's caches: normjit's disk cache, and Inductor's and Triton's, all under
-    root/<child.cache>; a disabled disk cache is switched back on (warm needs it)."""
+    root/<child.cache>; a disabled disk cache is switched back on (warm needs it). The levels
+    children measure one kernel's cost per level, so they run without background compiles (the
+    backward and ladder prefetch of each training forward would compile beside the sample and
+    move its counters); the other cases keep the package's default."""
     cache = os.path.join(root, child.cache)
-    return bl.child_env({"NORMJIT_CACHE_DIR": cache, "NORMJIT_DISABLE_DISK_CACHE": None,
-                         "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
-                         "TRITON_CACHE_DIR": os.path.join(cache, "triton")})
+    env = {"NORMJIT_CACHE_DIR": cache, "NORMJIT_DISABLE_DISK_CACHE": None,
+           "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+           "TRITON_CACHE_DIR": os.path.join(cache, "triton")}
+    if child.case.startswith("levels"):
+        env["NORMJIT_PREFETCH"] = "0"
+    return bl.child_env(env)
 
 
 def launch(child: Child, args: argparse.Namespace, root: str, run=bl.run_child) -> dict:
