@@ -69,19 +69,6 @@ double compile_ms(compile::CompileRequest req, std::vector<char>* cubin, double*
 
 // The compiles of a lazy first step (modes step and step-prefetch). explain_calls lists each shape's
 // forward call, then its backward call; the backward pass meets the shapes in the same order.
-// The runtime's key of a contiguous tensor of the call's shape (what prefetch_ladder is given).
-ShapeKey shape_key(const tools::Shape& shape, Layout layout) {
-  ShapeKey k = zeroed<ShapeKey>();
-  k.N = shape[0], k.C = shape[1], k.spatial = 1;
-  for (size_t d = 2; d < shape.size(); ++d) k.spatial *= shape[d];
-  if (layout == Layout::ndhwc)
-    k.stride_c = 1, k.stride_s = k.C, k.stride_n = k.spatial * k.C;
-  else
-    k.stride_s = 1, k.stride_c = k.spatial, k.stride_n = k.C * k.spatial;
-  k.align_bytes = 256;
-  return k;
-}
-
 int lazy_step(const std::vector<tools::ExplainCall>& calls, int arch, bool prefetch, bool ladder) {
   if (prefetch) set_prefetch_default(true);
   DeviceState dev;  // for prefetch_ladder: nothing is ever loaded on it
@@ -96,7 +83,7 @@ int lazy_step(const std::vector<tools::ExplainCall>& calls, int arch, bool prefe
     const bool bwd_next = i + 1 < calls.size() && calls[i + 1].direction == Direction::backward;
     if (prefetch && bwd_next && calls[i + 1].new_kernel)  // what the hook queues: a kernel not loaded yet
       prefetch_compile(calls[i + 1].fusion, calls[i + 1].config, arch, -1, nullptr);
-    if (ladder && c.new_kernel) prefetch_ladder(c.fusion, shape_key(c.shape, c.fusion.layout), c.config, dev);
+    if (ladder && c.new_kernel) prefetch_ladder(c.fusion, c.key, c.config, dev);
     if (c.new_kernel) compile_kernel(c.fusion, c.config, arch, nullptr);
   }
   const double forward_ms = ms_since(start);

@@ -144,6 +144,7 @@ std::vector<ExplainCall> explain_calls(const std::vector<Shape>& shapes, const E
         continue;
       }
       call.fusion = k.fusion;
+      call.key = k.shape;
       call.launch = choose_launch(k.fusion, k.shape, o.device, o.policy);
       call.config = call.launch.config;
 

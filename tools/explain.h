@@ -42,6 +42,7 @@ struct ExplainCall {
   Direction direction = Direction::forward;
   bool empty = false;  // zero-size shape: nothing compiled or launched (fusion/config unset)
   FusionKey fusion{};
+  ShapeKey key{};  // the runtime's shape key of the call (its sizes, strides, alignment)
   KernelConfig config{};
   Launch launch;
   bool new_kernel = false;  // the first call of this run that needs this kernel

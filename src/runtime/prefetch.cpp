@@ -212,6 +212,17 @@ int default_threads() {
   return hw >= 4 ? std::clamp(hw / 2, 2, 8) : 1;
 }
 std::atomic<bool> g_default_on{false};
+
+// The runtime hooks' disk cache: the process-wide one, or none when it is disabled.
+compile::DiskCache* hook_disk() {
+  compile::DiskCache& disk = compile::DiskCache::global();
+  return disk.enabled() ? &disk : nullptr;
+}
+// Queues a kernel for dev unless it is loaded there already; whether it was queued.
+bool queue_unless_loaded(const FusionKey& f, const KernelConfig& c, const DeviceState& dev, compile::DiskCache* disk) {
+  return !kernel_loaded(f, c, dev.ordinal) && prefetch_compile(f, c, dev.profile.arch, dev.ordinal, disk);
+}
+
 }  // namespace
 
 void set_prefetch_default(bool on) { g_default_on.store(on, std::memory_order_relaxed); }
@@ -272,9 +283,7 @@ void prefetch_backward(const FusionKey& forward, const ShapeKey& s, const Device
   if (forward.direction != Direction::forward || !forward.train || !forward.save || !prefetch_enabled()) return;
   try {
     const auto k = backward_kernel_of(forward, s, dev.profile);
-    if (!k || kernel_loaded(k->first, k->second, dev.ordinal)) return;
-    compile::DiskCache& disk = compile::DiskCache::global();
-    prefetch_compile(k->first, k->second, dev.profile.arch, dev.ordinal, disk.enabled() ? &disk : nullptr);
+    if (k) queue_unless_loaded(k->first, k->second, dev, hook_disk());
   } catch (const std::exception& e) {  // a prediction that fails costs the forward nothing
     log::line(log::compile, "no background compile for the backward of " + describe(forward) + ": " + e.what());
   }
@@ -304,26 +313,20 @@ void prefetch_ladder(const FusionKey& forward, const ShapeKey& s, const KernelCo
                      const DeviceState& dev) {
   if (forward.direction != Direction::forward || !prefetch_ladder_enabled()) return;
   try {
-    compile::DiskCache& disk_cache = compile::DiskCache::global();
-    compile::DiskCache* disk = disk_cache.enabled() ? &disk_cache : nullptr;
-    const int arch = dev.profile.arch;
+    compile::DiskCache* disk = hook_disk();
     // A kernel on disk means this process is not the first to meet the model: its ladder is on
     // disk too (or was never needed), and each call reads its kernel in ~0.5 ms.
-    if (disk && kernel_on_disk(forward, forward_config, arch, *disk)) return;
+    if (disk && kernel_on_disk(forward, forward_config, dev.profile.arch, *disk)) return;
     const Policy policy = policy_from_env();
     const std::vector<ShapeKey> ladder = ladder_after(s, forward.layout);
     // Forward kernels first: the forward pass needs them next, in this order; then the backward
     // kernels, which the backward pass needs once the forward is done.
-    for (const ShapeKey& k : ladder) {
-      const KernelConfig c = choose_launch(forward, k, dev.profile, policy).config;
-      if (!kernel_loaded(forward, c, dev.ordinal) && prefetch_compile(forward, c, arch, dev.ordinal, disk))
+    for (const ShapeKey& k : ladder)
+      if (queue_unless_loaded(forward, choose_launch(forward, k, dev.profile, policy).config, dev, disk))
         g_counters.ladder++;
-    }
     for (const ShapeKey& k : ladder) {
       const auto b = backward_kernel_of(forward, k, dev.profile);
-      if (b && !kernel_loaded(b->first, b->second, dev.ordinal) &&
-          prefetch_compile(b->first, b->second, arch, dev.ordinal, disk))
-        g_counters.ladder++;
+      if (b && queue_unless_loaded(b->first, b->second, dev, disk)) g_counters.ladder++;
     }
   } catch (const std::exception& e) {  // a guess that fails costs the call nothing
     log::line(log::compile, "no background compiles for the stages after " + describe(forward) + ": " + e.what());
