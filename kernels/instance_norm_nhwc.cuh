@@ -69,6 +69,9 @@ __device__ __forceinline__ void column_sum(float (&v)[K][NJ_VEC], float* smem) {
   for (int t = threadIdx.x; t < K * NJ_TC; t += NJ_THREADS) {
     const int k = t / NJ_TC, col = t % NJ_TC;
     float s = 0.f;
+    // Unrolled by 8, not fully: a full unroll (64 rows at NJ_GROUP 4) put 256 of the kernel's
+    // ~3000 PTX instructions in these 4 sums that only K * TC threads run.
+#pragma unroll 8
     for (int r = 0; r < NJ_ROWS; ++r) s += smem[(k * NJ_ROWS + r) * NJ_TC + col];
     smem[(k * NJ_ROWS) * NJ_TC + col] = s;  // row 0 was already read by this thread
   }
@@ -199,8 +202,9 @@ __device__ __forceinline__ void nhwc_tile_stats(const TileUnit& u, idx_t t0, con
   column_sum<1>(s, smem);
   const idx_t rows = u.s_end > t0 ? min((idx_t)NJ_ROWS * NJ_ITEMS, u.s_end - t0) : 0;
   count[0] = (float)rows;
+  const float inv_rows = rows > 0 ? 1.f / count[0] : 0.f;
 #pragma unroll
-  for (int j = 0; j < NJ_VEC; ++j) mean[j] = rows > 0 ? s[0][j] / count[0] : 0.f;
+  for (int j = 0; j < NJ_VEC; ++j) mean[j] = s[0][j] * inv_rows;
   float q[1][NJ_VEC];
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) q[0][j] = 0.f;
@@ -233,10 +237,10 @@ __device__ __forceinline__ void nhwc_thread_tile_stats(const TileUnit& u, idx_t 
       for (int j = 0; j < NJ_VEC; ++j) s[j] += to_float(t.x[i].v[j]);
     }
   if (c == 0.f) return;
-  float nn = n;
+  const float inv_c = 1.f / c, wb = c / (n + c);  // shared by the vector's channels
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) {
-    const float tile_mean = s[j] / c;
+    const float tile_mean = s[j] * inv_c;
     float q = 0.f;
 #pragma unroll
     for (int i = 0; i < NJ_ITEMS; ++i)
@@ -244,10 +248,9 @@ __device__ __forceinline__ void nhwc_thread_tile_stats(const TileUnit& u, idx_t 
         const float d = to_float(t.x[i].v[j]) - tile_mean;
         q += d * d;
       }
-    nn = n;
-    chan_merge(nn, mean[j], m2[j], c, tile_mean, q);
+    chan_merge_weighted(n, wb, mean[j], m2[j], tile_mean, q);
   }
-  n = nn;
+  n += c;
 }
 
 // The CTA's per-channel (mean, M2) over `count` rows from the threads' running statistics: two
@@ -259,9 +262,10 @@ __device__ __forceinline__ void nhwc_merge_thread_stats(float n, const float (&t
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) acc[0][j] = n * tmean[j];
   column_sum<1>(acc, smem);
+  const float inv_count = count > 0.f ? 1.f / count : 0.f;
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) {
-    mean[j] = count > 0.f ? acc[0][j] / count : 0.f;
+    mean[j] = acc[0][j] * inv_count;
     const float d = tmean[j] - mean[j];
     acc[0][j] = n > 0.f ? tm2[j] + n * d * d : 0.f;
   }
@@ -342,7 +346,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
       column_sum<1>(acc, smem);
       count[0] = (float)p.spatial;
 #pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) cp.mean[j] = acc[0][j] / count[0], acc[0][j] = 0.f;
+      for (int j = 0; j < NJ_VEC; ++j) cp.mean[j] = acc[0][j] * p.inv_spatial, acc[0][j] = 0.f;
       for (int k = row; k < p.chunks; k += NJ_ROWS) {
         const float* part = p.partials + ((inst * p.chunks + k) * NJ_TC + lane * NJ_VEC) * 2;
         const float nk = tile_chunk_count(p, k);
@@ -357,9 +361,10 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
       for (int j = 0; j < NJ_VEC; ++j) m2[j] = acc[0][j];
       exchange_depart(p.counters, inst, p.chunks);
     }
+    const float inv_count = count[0] > 0.f ? 1.f / count[0] : 0.f;
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) {
-      const float var = count[0] > 0.f ? m2[j] / count[0] : 0.f;
+      const float var = m2[j] * inv_count;
       cp.rstd[j] = rsqrtf(var + p.eps);
       if (u.c_valid && u.chunk == 0 && row == 0) {
         const idx_t instance = u.n * p.C + u.c0 + j;
