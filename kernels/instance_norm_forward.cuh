@@ -197,19 +197,25 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
         if (threadIdx.x == 0) resident_publish(p, u, tag, mean, m2);
       },
       [&](const Unit& u, idx_t step, const TaggedPair& peek) {
-        // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's), as in
-        // merge_chunk_stats; then the output of the chunk, from its slot.
+        // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's) in one CTA
+        // sum, about a shift k = chunk 0's mean: with d_j = mean_j - k, S1 = sum n_j d_j and
+        // S2 = sum (M2_j + n_j d_j^2), mean = k + S1 / n and M2 = S2 - S1^2 / n. The shift keeps
+        // the cancellation bounded when mean >> std, where the plain sum of squares loses
+        // everything: n (mean - k)^2 <= (n / n_0) M2, so M2 loses at most ~log2(chunks) bits and
+        // typically none. One sum is half the chain of the mean-then-M2 pair. Then the output of the chunk, from its slot.
         float mean_j, m2_j;
         resident_settle(p, u, tag, peek, mean_j, m2_j);
+        const float k = resident_settle_first(p, u, tag, peek.first);
         const float n_j = threadIdx.x < p.chunks ? chunk_count(p, (int)threadIdx.x) : 0.f;
-        float acc[1] = {n_j * mean_j};
-        group_sum<1>(acc, smem);
-        const float mean = acc[0] / (float)p.spatial;
-        const float d = mean_j - mean;
-        acc[0] = m2_j + n_j * d * d;
-        group_sum<1>(acc, smem);
+        const float d_j = mean_j - k;
+        float acc[2] = {n_j * d_j, m2_j + n_j * d_j * d_j};
+        group_sum<2>(acc, smem);
+        const float mean_d = acc[0] * p.inv_spatial;
+        float m2 = acc[1] - acc[0] * mean_d;
+        if (m2 < 0.f) m2 = 0.f;  // rounding; a NaN stays NaN
+        const float mean = k + mean_d;
         float scale, shift;
-        affine_scale_shift(p, u, instance_rstd(p, u, threadIdx.x, mean, acc[0], (float)p.spatial), scale, shift);
+        affine_scale_shift(p, u, instance_rstd(p, u, threadIdx.x, mean, m2, (float)p.spatial), scale, shift);
         vec_t xr[NJ_ITEMS];
         resident_take(step, xr, nullptr, nullptr);
         normalize_tile(p, u, u.v_begin, threadIdx.x, xr, mean, scale, shift);
@@ -282,7 +288,7 @@ __device__ __forceinline__ void forward_rounds(const NjParams& p, float* smem) {
 
 extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
 normjit_instance_norm_forward(const __grid_constant__ NjParams p) {
-  __shared__ float smem[NJ_WARPS > 0 ? NJ_WARPS : 1];
+  __shared__ float smem[NJ_WARPS > 0 ? 2 * NJ_WARPS : 1];  // group_sum<2>
   __shared__ bool last_flag;
 #if NJ_RESIDENT
   const unsigned tag = resident_tag(p);

@@ -101,18 +101,34 @@ __device__ __forceinline__ void resident_publish(const NjParams& p, const Unit& 
 // Thread j < chunks reads chunk j's pair of u's instance: first a look that may find words of an
 // earlier launch (issued early, so its latency overlaps other work), then resident_settle polls
 // until both carry the tag. The host keeps chunks <= NJ_THREADS. Other threads get (0, 0).
+// The forward's threads all also read chunk 0's first word (`first`, one request per warp): the
+// shift of its merge (forward_resident), which every thread must know before the one CTA sum.
 struct TaggedPair {
   nj_u64 a, b;
+#if !NJ_BACKWARD
+  nj_u64 first;
+#endif
 };
 __device__ __forceinline__ TaggedPair resident_peek(const NjParams& p, const Unit& u) {
-  TaggedPair t = {0, 0};
+  TaggedPair t = {};
   if (u.active && threadIdx.x < p.chunks) {
     const nj_u64* w = resident_words(p, u.instance, threadIdx.x);
     t.a = nj_load_relaxed(w);
     t.b = nj_load_relaxed(w + 1);
   }
+#if !NJ_BACKWARD
+  if (u.active) t.first = nj_load_relaxed(resident_words(p, u.instance, 0));
+#endif
   return t;
 }
+#if !NJ_BACKWARD
+// Chunk 0's first word of u's instance, polled until it carries the tag (every thread).
+__device__ __forceinline__ float resident_settle_first(const NjParams& p, const Unit& u, unsigned tag, nj_u64 w0) {
+  const nj_u64* w = resident_words(p, u.instance, 0);
+  while (tag_of(w0) != tag) __nanosleep(32), w0 = nj_load_relaxed(w);
+  return __uint_as_float((unsigned)w0);
+}
+#endif
 __device__ __forceinline__ void resident_settle(const NjParams& p, const Unit& u, unsigned tag, TaggedPair t, float& a,
                                                 float& b) {
   a = b = 0.f;
