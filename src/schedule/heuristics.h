@@ -40,6 +40,9 @@ SplitMode split_mode();
 // Whether the streamed channels-last kernels walk each chunk backwards in their output pass (the
 // default; NORMJIT_OUTPUT_ORDER=forward walks it forwards, for comparison). Read once per process.
 bool output_pass_reversed();
+// Shared-memory slots of the resident split's pipeline (3-8; NORMJIT_RESIDENT_SLOTS, default 4).
+// Read once per process.
+int resident_slots();
 
 struct Launch {
   KernelConfig config = zeroed<KernelConfig>();
