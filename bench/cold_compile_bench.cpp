@@ -13,6 +13,7 @@
 //             backward kernel for the background threads (runtime/prefetch.h)
 //   step-ladder  step-prefetch plus the ladder: a forward call that compiles also queues the
 //             kernels of the stages after it (prefetch_ladder), as the runtime does
+// NVRTC's use of the driver's compute cache is switched off (CUDA_CACHE_DISABLE=1, unless set).
 // Before them a trivial program is compiled twice: the difference is NVRTC's one-time start-up.
 // Each compile reports its wall time and the CPU time of its thread (NVRTC compiles on the calling
 // thread): wall >> CPU means the compile waited (for a core, a lock, the driver), not worked.
@@ -109,6 +110,10 @@ int lazy_step(const std::vector<tools::ExplainCall>& calls, int arch, bool prefe
 }  // namespace
 
 int main(int argc, char** argv) {
+  // NVRTC 12.9+ keeps its outputs in the driver's compute cache whenever it finds libcuda (a GPU
+  // machine), so a second run of this bench would time cache hits (~30 ms a kernel on the H200
+  // machine instead of 0.4-0.8 s). Off unless the caller set CUDA_CACHE_DISABLE itself.
+  setenv("CUDA_CACHE_DISABLE", "1", /*overwrite=*/0);
   tools::ExplainOptions o;
   o.activation = Activation::leaky_relu;
   int patch = 128, arch = 90, jobs = int(std::max(1u, std::thread::hardware_concurrency()));

@@ -262,6 +262,7 @@ def test_cold_child_command_and_environment():
     assert env["NORMJIT_CACHE_DIR"] == "/caches/normjit-ndhwc"
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/caches/normjit-ndhwc/inductor"
     assert "NORMJIT_DISABLE_DISK_CACHE" not in env
+    assert env["CUDA_CACHE_PATH"] == "/caches/driver-cache-warm-ndhwc", "NVRTC's driver cache starts empty"
     assert env.get("NORMJIT_PREFETCH") == os.environ.get("NORMJIT_PREFETCH"), "cold/warm keep the default"
     levels = bcs.child_environment(bcs.Child("levels_compile", "ncdhw", "levels"), "/caches")
     assert levels["NORMJIT_PREFETCH"] == "0", "a level's sample must not share the CPU with background compiles"
