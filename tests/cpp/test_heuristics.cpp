@@ -297,6 +297,25 @@ TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
   EXPECT_FALSE(launch_for(forward_keys(fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ndhwc))).config.resident);
 }
 
+// NORMJIT_RESIDENT_SLOTS is read once per process, so each setting runs in a fresh one (the
+// threadsafe death-test style re-executes the test binary).
+TEST(HeuristicsDeathTest, ResidentSlotsSetThePipelineDepth) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto depth_is = [](const char* value, int stages, int items) {
+    setenv("NORMJIT_RESIDENT_SLOTS", value, 1);
+    const Launch l = launch_for(forward_keys(fwd_args({2, 32, 128, 128, 128})));
+    const bool ok = l.config.resident && l.config.stages == stages && l.config.items == items &&
+                    l.chunks - 1 <= int64_t(stages - 2) * l.grid &&
+                    int64_t(stages) * l.config.items * l.config.threads * 16 + 2048 <= builtin_profile("H200").smem_per_sm;
+    std::exit(ok ? 0 : 1);
+  };
+  // H200, fp16 forward: the slots share ~225 KB, at most 8 vectors a thread.
+  EXPECT_EXIT(depth_is("3", 3, 8), testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(depth_is("6", 6, 4), testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(depth_is("9", 4, 7), testing::ExitedWithCode(0), "") << "out of range: the default";
+  EXPECT_EXIT(depth_is("two", 4, 7), testing::ExitedWithCode(0), "") << "not a number: the default";
+}
+
 TEST(Heuristics, BigShapeStreamsThroughL2) {
   // NORMJIT_SPLIT=l2 (and the L4, whose 58 SMs hold too little of an instance) streams each chunk
   // twice, sized so a round's reads fit in half the L2.
