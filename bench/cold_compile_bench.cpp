@@ -17,13 +17,15 @@
 // Before them a trivial program is compiled twice: the difference is NVRTC's one-time start-up.
 // Each compile reports its wall time and the CPU time of its thread (NVRTC compiles on the calling
 // thread): wall >> CPU means the compile waited (for a core, a lock, the driver), not worked.
-// With --minimal every kernel is compiled again with -minimal and the cubins are compared.
+// With --minimal every kernel is compiled again with -minimal and the cubins are compared. With
+// --ptxas-info every compile also gets -Xptxas=-v, and each kernel's registers, spill stores and
+// stack frame are printed beside its time (an option that compiles faster may spill).
 // With --context (GPU machines) every compiling thread first makes GPU 0's primary context current,
 // as it is on the thread of a PyTorch training step: NVRTC calls into libcuda (cuInit, and the
 // driver's tools callbacks around each nvrtcCreateProgram/nvrtcCompileProgram).
 //   build/normjit_cold_compile_bench [--layout ncdhw|ndhwc] [--patch 128] [--arch 90]
 //                                    [--mode serial|thread|parallel|step|step-prefetch|step-ladder] [--jobs J]
-//                                    [--minimal]
+//                                    [--minimal] [--ptxas-info]
 //                                    [--context] [--no-prime]
 //                                    [--option O]... (an extra NVRTC option for every kernel, e.g.
 //                                    -Ofast-compile=min) [--dump DIR] (write each kernel's source)
@@ -41,6 +43,7 @@
 #include "codegen/codegen.h"
 #include "compile/compiler.h"
 #include "explain.h"
+#include "ptxas_report.h"
 #include "runtime/device.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/prefetch.h"
@@ -59,11 +62,13 @@ struct Item {
   compile::CompileRequest req;
   double ms = 0, cpu_ms = 0, minimal_ms = 0;
   std::vector<char> cubin, minimal_cubin;
+  std::string log;  // NVRTC's program log (ptxas' report with --ptxas-info)
 };
 
-double compile_ms(compile::CompileRequest req, std::vector<char>* cubin, double* cpu_ms = nullptr) {
+double compile_ms(compile::CompileRequest req, std::vector<char>* cubin, double* cpu_ms = nullptr,
+                  std::string* log = nullptr) {
   double ms = 0;
-  std::vector<char> out = compile::nvrtc_compile(req, &ms, cpu_ms);
+  std::vector<char> out = compile::nvrtc_compile(req, &ms, cpu_ms, log);
   if (cubin) *cubin = std::move(out);
   return ms;
 }
@@ -118,7 +123,7 @@ int main(int argc, char** argv) {
   o.activation = Activation::leaky_relu;
   int patch = 128, arch = 90, jobs = int(std::max(1u, std::thread::hardware_concurrency()));
   std::string mode = "serial";
-  bool minimal = false, prime = true, context = false;
+  bool minimal = false, prime = true, context = false, ptxas_info = false;
   std::vector<std::string> extra_options;
   std::string dump_dir;
   for (int i = 1; i < argc; ++i) {
@@ -136,6 +141,8 @@ int main(int argc, char** argv) {
       jobs = std::atoi(next().c_str());
     else if (a == "--minimal")
       minimal = true;
+    else if (a == "--ptxas-info")
+      ptxas_info = true;
     else if (a == "--no-prime")
       prime = false;
     else if (a == "--context")
@@ -173,6 +180,7 @@ int main(int argc, char** argv) {
       it.req.source = src.source;
       it.req.arch = arch;
       it.req.options = extra_options;
+      if (ptxas_info) it.req.options.push_back("-Xptxas=-v");
       if (!dump_dir.empty()) std::ofstream(dump_dir + "/" + src.name + ".cu") << src.source;
       items.push_back(std::move(it));
     }
@@ -208,7 +216,7 @@ int main(int argc, char** argv) {
     if (context) make_current(device_state(0));
     for (int i = next++; i < int(items.size()); i = next++) {
       Item& it = items[size_t(i)];
-      it.ms = compile_ms(it.req, &it.cubin, &it.cpu_ms);
+      it.ms = compile_ms(it.req, &it.cubin, &it.cpu_ms, &it.log);
     }
   };
   if (mode == "serial") {
@@ -233,12 +241,19 @@ int main(int argc, char** argv) {
     }
 
   double sum = 0, sum_cpu = 0, sum_minimal = 0;
-  std::printf("%-4s %-62s %-24s %9s %7s%s\n", "dir", "kernel", "tier", "NVRTC ms", "CPU ms",
-              minimal ? "  -minimal ms  same cubin" : "");
+  std::printf("%-4s %-62s %-24s %9s %7s%s%s\n", "dir", "kernel", "tier", "NVRTC ms", "CPU ms",
+              ptxas_info ? "  regs  spill B  stack B" : "", minimal ? "  -minimal ms  same cubin" : "");
   for (const Item& it : items) {
     sum += it.ms, sum_cpu += it.cpu_ms, sum_minimal += it.minimal_ms;
     std::printf("%-4s %-62s %-24.24s %9.1f %7.1f", it.direction == Direction::forward ? "fwd" : "bwd", it.name.c_str(),
                 it.tier.c_str(), it.ms, it.cpu_ms);
+    if (ptxas_info) {
+      const tools::PtxasReport r = tools::parse_ptxas_report(it.log);
+      if (r.found)
+        std::printf("  %4d  %7d  %7d", r.registers, r.spill_store_bytes, r.stack_frame_bytes);
+      else
+        std::printf("  %22s", "no ptxas report");
+    }
     if (minimal) std::printf("  %11.1f  %s", it.minimal_ms, it.cubin == it.minimal_cubin ? "yes" : "NO");
     std::printf("\n");
   }

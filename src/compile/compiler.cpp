@@ -121,7 +121,7 @@ std::string disk_key(const CompileRequest& req) {
          "name " + req.name + "\n";
 }
 
-std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms, double* cpu_ms) {
+std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms, double* cpu_ms, std::string* log) {
   const driver::Nvrtc& lib = driver::nvrtc();
   const auto start = std::chrono::steady_clock::now();
   const double cpu_start = thread_cpu_ms();
@@ -146,6 +146,7 @@ std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms, double* c
 
   if (ms) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (cpu_ms) *cpu_ms = thread_cpu_ms() - cpu_start;
+  if (log) *log = prog.log();
   return cubin;
 }
 

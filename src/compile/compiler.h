@@ -38,7 +38,9 @@ std::string disk_key_field(const std::string& key, const std::string& field);
 CompileResult compile_cubin(const CompileRequest& req, DiskCache* cache);
 
 // Compiles without any cache (benchmarks, tests); `ms` and `cpu_ms` (optional) get the wall and the
-// thread CPU milliseconds (NVRTC compiles on the calling thread).
-std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms, double* cpu_ms = nullptr);
+// thread CPU milliseconds (NVRTC compiles on the calling thread), `log` (optional) NVRTC's program
+// log (with -Xptxas=-v: ptxas' resource report, see tools/ptxas_report.h).
+std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms, double* cpu_ms = nullptr,
+                                std::string* log = nullptr);
 
 }  // namespace normjit::compile

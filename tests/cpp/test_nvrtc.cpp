@@ -18,6 +18,7 @@
 #include "driver/cuda_driver.h"
 #include "driver/nvrtc.h"
 #include "normjit/normjit.h"
+#include "ptxas_report.h"
 
 namespace fs = std::filesystem;
 using namespace normjit;
@@ -179,4 +180,30 @@ TEST(CudaDriver, CheckCudaFormatsTheFailure) {
       EXPECT_NE(msg.find("CUDA_ERROR_INVALID_VALUE"), std::string::npos) << msg;
     }
   }
+}
+
+TEST(PtxasReport, ReadsRegistersSpillsAndStackFromTheLog) {
+  const std::string log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+      "ptxas info    : Function properties for k\n"
+      "ptxas         .     216 bytes stack frame, 244 bytes spill stores, 244 bytes spill loads\n"
+      "ptxas info    : Used 128 registers, used 1 barriers, 216 bytes cumulative stack size\n";
+  const tools::PtxasReport r = tools::parse_ptxas_report(log);
+  EXPECT_TRUE(r.found);
+  EXPECT_EQ(r.registers, 128);
+  EXPECT_EQ(r.spill_store_bytes, 244);
+  EXPECT_EQ(r.stack_frame_bytes, 216);
+  EXPECT_FALSE(tools::parse_ptxas_report("").found) << "a log without -Xptxas=-v";
+}
+
+TEST_F(Nvrtc, VerboseCompileReturnsPtxasReport) {
+  compile::CompileRequest req = tiny_request(90);
+  req.options = {"-Xptxas=-v"};
+  std::string log;
+  EXPECT_TRUE(is_elf(compile::nvrtc_compile(req, nullptr, nullptr, &log)));
+  const tools::PtxasReport r = tools::parse_ptxas_report(log);
+  EXPECT_TRUE(r.found) << log;
+  EXPECT_GT(r.registers, 0) << log;
+  EXPECT_EQ(r.spill_store_bytes, 0) << log;
 }
