@@ -202,7 +202,8 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
         // S2 = sum (M2_j + n_j d_j^2), mean = k + S1 / n and M2 = S2 - S1^2 / n. The shift keeps
         // the cancellation bounded when mean >> std, where the plain sum of squares loses
         // everything: n (mean - k)^2 <= (n / n_0) M2, so M2 loses at most ~log2(chunks) bits and
-        // typically none. One sum is half the chain of the mean-then-M2 pair. Then the output of the chunk, from its slot.
+        // typically none. One sum is half the chain of the mean-then-M2 pair. Then the output of
+        // the chunk, from its slot.
         float mean_j, m2_j;
         resident_settle(p, u, tag, peek, mean_j, m2_j);
         const float k = resident_settle_first(p, u, tag, peek.first);

@@ -121,12 +121,16 @@ __device__ __forceinline__ TaggedPair resident_peek(const NjParams& p, const Uni
 #endif
   return t;
 }
+// The word at w, polled from `seen` (its last look) until it carries the tag.
+__device__ __forceinline__ nj_u64 resident_poll(const nj_u64* w, unsigned tag, nj_u64 seen) {
+  while (tag_of(seen) != tag) __nanosleep(32), seen = nj_load_relaxed(w);
+  return seen;
+}
+__device__ __forceinline__ float value_of(nj_u64 w) { return __uint_as_float((unsigned)w); }
 #if !NJ_BACKWARD
-// Chunk 0's first word of u's instance, polled until it carries the tag (every thread).
+// Chunk 0's first word of u's instance (every thread).
 __device__ __forceinline__ float resident_settle_first(const NjParams& p, const Unit& u, unsigned tag, nj_u64 w0) {
-  const nj_u64* w = resident_words(p, u.instance, 0);
-  while (tag_of(w0) != tag) __nanosleep(32), w0 = nj_load_relaxed(w);
-  return __uint_as_float((unsigned)w0);
+  return value_of(resident_poll(resident_words(p, u.instance, 0), tag, w0));
 }
 #endif
 __device__ __forceinline__ void resident_settle(const NjParams& p, const Unit& u, unsigned tag, TaggedPair t, float& a,
@@ -134,10 +138,10 @@ __device__ __forceinline__ void resident_settle(const NjParams& p, const Unit& u
   a = b = 0.f;
   if (threadIdx.x >= p.chunks) return;
   const nj_u64* w = resident_words(p, u.instance, threadIdx.x);
-  while (tag_of(t.a) != tag) __nanosleep(32), t.a = nj_load_relaxed(w);
-  while (tag_of(t.b) != tag) __nanosleep(32), t.b = nj_load_relaxed(w + 1);
-  a = __uint_as_float((unsigned)t.a);
-  b = __uint_as_float((unsigned)t.b);
+  t.a = resident_poll(w, tag, t.a);
+  t.b = resident_poll(w + 1, tag, t.b);
+  a = value_of(t.a);
+  b = value_of(t.b);
 }
 
 // The last CTA of the launch (all its threads, after last_cta_arrive): the generation for the next
