@@ -28,7 +28,7 @@
 //                                    [--minimal] [--ptxas-info]
 //                                    [--context] [--no-prime]
 //                                    [--option O]... (an extra NVRTC option for every kernel, e.g.
-//                                    -Ofast-compile=min) [--dump DIR] (write each kernel's source)
+//                                    -Ofc=min) [--dump DIR] (write each kernel's source)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -172,16 +172,13 @@ int main(int argc, char** argv) {
     for (const tools::ExplainCall& c : calls) {
       if (c.empty || !c.new_kernel || c.direction != d) continue;
       Item it;
-      const codegen::KernelSource src = codegen::generate(c.fusion, c.config);
-      it.name = src.name;
+      it.req = compile_request(c.fusion, c.config, arch);  // what the runtime compiles
+      it.name = it.req.name;
       it.tier = c.launch.tier;
       it.direction = d;
-      it.req.name = src.name;
-      it.req.source = src.source;
-      it.req.arch = arch;
       it.req.options = extra_options;
       if (ptxas_info) it.req.options.push_back("-Xptxas=-v");
-      if (!dump_dir.empty()) std::ofstream(dump_dir + "/" + src.name + ".cu") << src.source;
+      if (!dump_dir.empty()) std::ofstream(dump_dir + "/" + it.name + ".cu") << it.req.source;
       items.push_back(std::move(it));
     }
 

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "codegen/codegen.h"
 #include "compile/compiler.h"
 #include "compile/disk_cache.h"
 #include "runtime/call_keys.h"
+#include "runtime/kernel_cache.h"
 #include "schedule/heuristics.h"
 
 using namespace normjit;
@@ -41,13 +41,9 @@ int main(int argc, char** argv) {
   a.save_rstd = reinterpret_cast<float*>(0x600000);
   const CallKeys k = forward_keys(a);
   const Launch l = choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded);
-  const codegen::KernelSource src = codegen::generate(k.fusion, l.config);
-  std::printf("kernel %s (%zu bytes of source)\n", src.name.c_str(), src.source.size());
+  compile::CompileRequest req = compile_request(k.fusion, l.config, 90);
+  std::printf("kernel %s (%zu bytes of source)\n", req.name.c_str(), req.source.size());
 
-  compile::CompileRequest req;
-  req.name = src.name;
-  req.source = src.source;
-  req.arch = 90;
   double first_ms = 0;
   compile::nvrtc_compile(req, &first_ms);
   std::printf("first compile in this process (includes NVRTC start): %.1f ms\n", first_ms);

@@ -168,7 +168,6 @@ compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c,
   return slot->result;
 }
 
-namespace {
 compile::CompileRequest compile_request(const FusionKey& f, const KernelConfig& c, int arch) {
   const codegen::KernelSource src = codegen::generate(f, c);
   compile::CompileRequest req;
@@ -177,7 +176,6 @@ compile::CompileRequest compile_request(const FusionKey& f, const KernelConfig& 
   req.arch = arch;
   return req;
 }
-}  // namespace
 
 bool kernel_on_disk(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache& disk) {
   return disk.load(compile::disk_key(compile_request(f, c, arch))).has_value();
@@ -202,6 +200,12 @@ void release_compile(const FusionKey& f, const KernelConfig& c, int arch) {
   if (it == g_compile_slots.end()) return;
   it->second.reserved = false;
   erase_if_unused(it);
+}
+
+bool compile_is_reserved(const FusionKey& f, const KernelConfig& c, int arch) {
+  std::lock_guard<std::mutex> lock(g_compile_slots_mutex);
+  auto it = g_compile_slots.find(slot_key(f, c, arch));
+  return it != g_compile_slots.end() && it->second.reserved;
 }
 
 AheadResult compile_reserved(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache* disk) {

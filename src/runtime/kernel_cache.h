@@ -29,6 +29,9 @@ compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c,
 // Same, through a given disk cache (null: none) instead of the process-wide one (tests).
 compile::CompileResult compile_kernel(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache* disk);
 
+// What compile_kernel hands the compiler for the kernel: its generated source, name and options.
+compile::CompileRequest compile_request(const FusionKey& f, const KernelConfig& c, int arch);
+
 // Whether `disk` holds the kernel's cubin (a verified entry), without compiling.
 bool kernel_on_disk(const FusionKey& f, const KernelConfig& c, int arch, compile::DiskCache& disk);
 
@@ -44,6 +47,8 @@ size_t compile_slots_in_use();
 bool reserve_compile(const FusionKey& f, const KernelConfig& c, int arch);
 // Drops a reservation (the slot goes once no call holds it).
 void release_compile(const FusionKey& f, const KernelConfig& c, int arch);
+// Whether the key is reserved: queued or compiled ahead, its call not yet come.
+bool compile_is_reserved(const FusionKey& f, const KernelConfig& c, int arch);
 enum class AheadResult { not_reserved, already_done, compiled, from_disk };
 // Compiles into a reserved slot, on this thread; concurrent compile_kernel callers of the key wait
 // for it. Does nothing when the key is no longer reserved (its call came and compiled) or is
