@@ -16,7 +16,8 @@
 // When a forward's kernel is neither loaded nor on disk (a process meeting the model for the first
 // time), prefetch_ladder also queues the kernels of the shapes a U-Net encoder meets next (each
 // stage halves the three spatial dims and doubles the channels), forward kernels first, then their
-// backward kernels, so that they compile in parallel with the caller's own compile. A guess that
+// backward kernels, so that they compile in parallel with the caller's own compile. A forward
+// whose kernel a ladder queued starts no ladder of its own (its stages are queued already). A guess that
 // misses costs a background compile (at most 2 x kLadderStages per cold forward kernel, most of
 // them shared), and its cubin goes to the disk cache like any other. NORMJIT_PREFETCH_LADDER=0
 // turns the ladder off (the backward prefetch stays).

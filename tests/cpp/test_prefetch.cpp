@@ -503,5 +503,35 @@ TEST(PrefetchLadderDeathTest, AColdForwardCompilesTheNextStagesIntoTheDiskCache)
   EXPECT_EXIT(body(), testing::ExitedWithCode(0), "");
 }
 
+// The forward of a stage the ladder guessed (its kernel queued) starts no ladder of its own: from
+// it, a ladder would reach a stage deeper than the network (2^3 below a 4^3 bottleneck). A forward
+// nothing guessed (here a second, shallower network's first norm) still starts its own.
+TEST(PrefetchLadderDeathTest, AGuessedStageStartsNoLadder) {
+  REQUIRE_NVRTC();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const DeathTestDir dir("NORMJIT_TEST_LADDER_DIR");
+  const DeviceProfile dev = builtin_profile("H200");
+  // The measured case: from 128^3 the ladder reaches 4^3 (kLadderStages); from its first stage,
+  // 64^3, it would reach 2^3, whose channels-last kernels no other stage shares.
+  const CallKeys top = forward_of({{2, 32, 128, 128, 128}, DType::f16, Layout::ndhwc});
+  const CallKeys next = forward_of({{2, 64, 64, 64, 64}, DType::f16, Layout::ndhwc});
+  const CallKeys other = forward_of({{2, 32, 64, 64, 64}, DType::f16, Layout::ndhwc});
+  auto config_of = [&](const CallKeys& k) { return choose_launch(k.fusion, k.shape, dev, Policy::bounded).config; };
+  auto body = [&] {
+    setenv("NORMJIT_CACHE_DIR", dir.path().c_str(), 1);
+    prefetch_ladder(top.fusion, top.shape, config_of(top), h200_state());
+    const uint64_t ladder = prefetch_counters().ladder;
+    bool ok = ladder > 0 && compile_is_reserved(next.fusion, config_of(next), 90);
+    prefetch_ladder(next.fusion, next.shape, config_of(next), h200_state());
+    ok = ok && prefetch_counters().ladder == ladder;  // nothing new: its stages are queued
+    prefetch_ladder(other.fusion, other.shape, config_of(other), h200_state());
+    ok = ok && prefetch_counters().ladder > ladder;  // not guessed: its own ladder
+    prefetch_wait_idle();
+    if (have_cuda_driver()) prefetch_shutdown();
+    std::exit(ok ? 0 : 1);
+  };
+  EXPECT_EXIT(body(), testing::ExitedWithCode(0), "");
+}
+
 }  // namespace
 }  // namespace normjit
