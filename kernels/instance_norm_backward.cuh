@@ -199,11 +199,11 @@ __device__ __forceinline__ void resident_take_tile(idx_t step, bool landed, BwdT
 // The resident split's phases B and C (resident_split.cuh runs the pipeline).
 __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem, unsigned tag) {
   const void* src[3] = {p.x, p.dy, p.residual};
+  auto context = [&](const Unit& u) { return bwd_context(p, u); };
   resident_pipeline(
-      p, src,
-      [&](const Unit& u, idx_t step) {
+      p, src, context, context,
+      [&](const Unit& u, idx_t step, const BwdContext& s) {
         // B: the chunk's (sum g, sum g * xhat), to its peers.
-        const BwdContext s = bwd_context(p, u);
         BwdTile t;
         resident_take_tile(step, true, t);
         float sums[2] = {0.f, 0.f};
@@ -211,10 +211,9 @@ __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem
         group_sum<2>(sums, smem);
         if (threadIdx.x == 0) resident_publish(p, u, tag, sums[0], sums[1]);
       },
-      [&](const Unit& u, idx_t step, const TaggedPair& peek) {
+      [&](const Unit& u, idx_t step, const TaggedPair& peek, const BwdContext& s) {
         // C: the instance's sums (thread j holds chunk j's, added in group_sum's fixed tree), then
         // dx of the chunk, from its slot.
-        const BwdContext s = bwd_context(p, u);
         float sums[2];
         resident_settle(p, u, tag, peek, sums[0], sums[1]);
         group_sum<2>(sums, smem);

@@ -169,25 +169,33 @@ __device__ __forceinline__ float instance_rstd(const NjParams& p, const Unit& u,
   return rstd;
 }
 
-// y = z * scale + shift before the residual and activation, z = x - mean.
-__device__ __forceinline__ void affine_scale_shift(const NjParams& p, const Unit& u, float rstd, float& scale,
-                                                   float& shift) {
+// u's channel's weight and bias (1 and 0 without affine; 0 and 0 for an inactive unit).
+struct Affine {
+  float w, b;
+};
+__device__ __forceinline__ Affine load_affine(const NjParams& p, const Unit& u) {
 #if NJ_AFFINE
-  scale = u.active ? rstd * load_weight(p.weight, u.channel) : 0.f;
-  shift = u.active ? load_weight(p.bias, u.channel) : 0.f;
+  return {u.active ? load_weight(p.weight, u.channel) : 0.f, u.active ? load_weight(p.bias, u.channel) : 0.f};
 #else
   (void)p, (void)u;
-  scale = rstd, shift = 0.f;
+  return {1.f, 0.f};
 #endif
+}
+
+// y = z * scale + shift before the residual and activation, z = x - mean.
+__device__ __forceinline__ void affine_scale_shift(const Affine& a, float rstd, float& scale, float& shift) {
+  scale = rstd * a.w;
+  shift = a.b;
 }
 
 #if NJ_RESIDENT
 // The resident split's phases B and C (resident_split.cuh runs the pipeline).
 __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem, unsigned tag) {
   const void* src[1] = {p.x};
+  struct NoContext {};
   resident_pipeline(
-      p, src,
-      [&](const Unit& u, idx_t step) {
+      p, src, [&](const Unit&) { return NoContext{}; }, [&](const Unit& u) { return load_affine(p, u); },
+      [&](const Unit& u, idx_t step, NoContext) {
         // B: the statistics of the chunk that landed, two-pass in registers, to its peers.
         vec_t xr[NJ_ITEMS];
         resident_take_landed(step, xr, nullptr, nullptr);
@@ -196,7 +204,7 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
         group_merge_stats(tn, tmean, tm2, chunk_count(p, u.chunk), smem, mean, m2);
         if (threadIdx.x == 0) resident_publish(p, u, tag, mean, m2);
       },
-      [&](const Unit& u, idx_t step, const TaggedPair& peek) {
+      [&](const Unit& u, idx_t step, const TaggedPair& peek, const Affine& affine) {
         // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's) in one CTA
         // sum, about a shift k = chunk 0's mean: with d_j = mean_j - k, S1 = sum n_j d_j and
         // S2 = sum (M2_j + n_j d_j^2), mean = k + S1 / n and M2 = S2 - S1^2 / n. The shift keeps
@@ -216,7 +224,7 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
         if (m2 < 0.f) m2 = 0.f;  // rounding; a NaN stays NaN
         const float mean = k + mean_d;
         float scale, shift;
-        affine_scale_shift(p, u, instance_rstd(p, u, threadIdx.x, mean, m2, (float)p.spatial), scale, shift);
+        affine_scale_shift(affine, instance_rstd(p, u, threadIdx.x, mean, m2, (float)p.spatial), scale, shift);
         vec_t xr[NJ_ITEMS];
         resident_take(step, xr, nullptr, nullptr);
         normalize_tile(p, u, u.v_begin, threadIdx.x, xr, mean, scale, shift);
@@ -238,6 +246,7 @@ __device__ __forceinline__ void forward_rounds(const NjParams& p, float* smem) {
 
   for (idx_t round = 0; round < rounds; ++round) {
     const Unit u = make_unit(p, round);
+    const Affine affine = load_affine(p, u);  // issued before the reductions' barriers: off the chain
     float mean, rstd;
 #if NJ_TRAIN
 #if NJ_CACHED
@@ -270,7 +279,7 @@ __device__ __forceinline__ void forward_rounds(const NjParams& p, float* smem) {
 #endif
 
     float scale, shift;
-    affine_scale_shift(p, u, rstd, scale, shift);
+    affine_scale_shift(affine, rstd, scale, shift);
 
 #if NJ_TRAIN && NJ_CACHED
     normalize_tile(p, u, u.v_begin, lane, xr, mean, scale, shift);

@@ -51,8 +51,7 @@ __device__ __forceinline__ int resident_slot(idx_t step) { return (int)(step % N
 
 // Phase A: this CTA's chunk of `step` starts loading into its slot (nothing past the last unit).
 // Always commits exactly one cp.async group per step, so wait_group counts steps.
-__device__ __forceinline__ void resident_load(const NjParams& p, idx_t step, const void* const* src) {
-  const Unit u = make_unit(p, step);
+__device__ __forceinline__ void resident_load(const NjParams& p, const Unit& u, idx_t step, const void* const* src) {
   if (u.active) slots_copy_tile(src, u.base, u.v_begin, u.v_end, true, resident_slot(step));
   nj_cp_async_commit();
 }
@@ -157,26 +156,36 @@ __device__ __forceinline__ void resident_advance_generation(const NjParams& p, u
 }
 
 // ---------------------------------------------------------------- the pipeline
-// Every step: phase A here (this CTA's chunk of the step, and the look at the partials phase C
-// will merge, start loading, so their latency overlaps phase B), then
-//   stats(u, step)          phase B, for the unit u whose chunk was loaded at `step` (one ago)
-//   output(u, step, peek)   phase C, for the unit loaded NJ_OUTPUT_LAG steps ago; `peek` goes to
-//                           resident_settle
-// Both are called for active units only; an active unit is the same for every thread of the CTA
-// (one unit per CTA), so the phases may use CTA barriers.
-template <class Stats, class Output>
-__device__ __forceinline__ void resident_pipeline(const NjParams& p, const void* const* src, Stats stats,
-                                                  Output output) {
+// Every step: phase A here (this CTA's chunk of the step, the look at the partials phase C will
+// merge, and the per-instance values both phases read from global memory start loading, so that
+// their latency overlaps other work), then
+//   stats(u, step, ctx)           phase B, for the unit u whose chunk was loaded at `step` (one
+//                                 ago); ctx = stats_ctx(u), loaded in that step's phase A
+//   output(u, step, peek, ctx)    phase C, for the unit loaded NJ_OUTPUT_LAG steps ago; `peek`
+//                                 goes to resident_settle, ctx = output_ctx(u) loaded this step
+// The contexts are the kernel's per-instance values (saved statistics, weight and bias): loaded
+// inside a phase, after its barriers, each cost a dependent L2 round trip on every step's chain
+// (a compiler does not move a load across a barrier). All are called for active units only (the
+// contexts with any unit; they must give zeros for inactive ones); an active unit is the same for
+// every thread of the CTA (one unit per CTA), so the phases may use CTA barriers.
+template <class StatsCtx, class OutputCtx, class Stats, class Output>
+__device__ __forceinline__ void resident_pipeline(const NjParams& p, const void* const* src, StatsCtx stats_ctx,
+                                                  OutputCtx output_ctx, Stats stats, Output output) {
   const idx_t steps = num_rounds(p);
+  auto next_stats_ctx = stats_ctx(make_unit(p, steps));  // inactive
   for (idx_t step = 0; step < steps + NJ_OUTPUT_LAG; ++step) {
-    resident_load(p, step, src);
+    const Unit ul = make_unit(p, step);
+    resident_load(p, ul, step, src);
+    const auto ctx_b = next_stats_ctx;  // the unit loaded one step ago
+    next_stats_ctx = stats_ctx(ul);
     const Unit uc = make_unit(p, step >= NJ_OUTPUT_LAG ? step - NJ_OUTPUT_LAG : steps);  // inactive until full
     const TaggedPair peek = resident_peek(p, uc);
+    const auto ctx_c = output_ctx(uc);
     if (step >= 1 && step <= steps) {
       const Unit u = make_unit(p, step - 1);
-      if (u.active) stats(u, step - 1);
+      if (u.active) stats(u, step - 1, ctx_b);
     }
-    if (uc.active) output(uc, step - NJ_OUTPUT_LAG, peek);
+    if (uc.active) output(uc, step - NJ_OUTPUT_LAG, peek, ctx_c);
   }
   nj_cp_async_wait<0>();
 }

@@ -95,9 +95,9 @@ SplitMode split_mode() {
   // fwd+bwd): (2,32,128^3) 221 / 553 us against 278 / 715 us; (2,32,80,192,160) 250 / 671 against
   // 478 / 898 us: fewer, larger rounds beat reading x once from HBM in lockstep rounds. The
   // resident split reads x once without lockstep rounds: measured in one run on the H200 (fp16),
-  // forward (2,32,128^3) 182 vs 206 us, fp32 340 vs 427 us, (2,32,80,192,160) 211 vs 219 us; its
-  // backward (x and dy in the slots: 3 vectors per thread, more steps) was no faster, 415 vs
-  // 360 us on (2,32,80,192,160). Hence the automatic default (docs/PERF_NOTES.md).
+  // forward (2,32,128^3) 182 vs 206 us, fp32 340 vs 427 us, (2,32,80,192,160) 211 vs 219 us. Its
+  // backward (x and dy in the slots: 3 vectors per thread, more steps) pays only on some shapes
+  // (resident_backward_pays). Hence the automatic default (docs/PERF_NOTES.md).
   const char* v = std::getenv("NORMJIT_SPLIT");
   if (v && std::strcmp(v, "registers") == 0) return SplitMode::registers;
   if (v && std::strcmp(v, "l2") == 0) return SplitMode::l2;
@@ -219,6 +219,21 @@ int64_t resident_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfi
   return chunks;
 }
 
+// Whether the automatic split gives a backward of `chunks` chunks an instance the resident split
+// rather than streaming twice. Measured on the H200 (fp16, one run, bench/results/2026-12-03-session4):
+//   (2,32,128^3):       171 chunks an instance (1.3 grids), 83 steps: 299 us resident, 329 streamed
+//   (2,32,80,192,160):  200 chunks (1.5 grids), 97 steps:              368 us resident, 352 streamed
+//   (2,64,64^3):        22 chunks, 22 steps:                            90 us resident,  86 streamed
+// Mechanisms: an instance of more chunks than ~1.4 grids more often spans three steps, and the
+// output of its first chunks then waits for a peer's statistics of the same step (no slack); with
+// few steps the pipeline's fill and drain (3 steps) weigh more. The thresholds lie between the
+// measured points. The forward, with 2.3x larger chunks, always pays (PERF_NOTES.md).
+bool resident_backward_pays(const ShapeKey& s, int64_t chunks, const DeviceProfile& dev) {
+  const int64_t units = s.N * s.C * chunks;
+  const int64_t grid = std::min<int64_t>(dev.sms, units);
+  return ceil_div(units, grid) >= 48 && chunks * 10 <= grid * 14;
+}
+
 Launch ncdhw_resident(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t chunks) {
   Launch l;
   const int vec = vector_width(s, f.dtype, f.layout);
@@ -274,11 +289,12 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
       const int64_t chunks =
           std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / std::max<int64_t>(1, instances)));
       l = ncdhw_split(f, s, dev, /*cached=*/false, chunks, "split (elementwise)");
-    } else if ((split_mode() == SplitMode::resident ||
-                (split_mode() == SplitMode::automatic && f.direction == Direction::forward)) &&
-               resident_chunks(f, s, dev) > 0) {
+    } else if (const int64_t rc = resident_chunks(f, s, dev);
+               rc > 0 && (split_mode() == SplitMode::resident ||
+                          (split_mode() == SplitMode::automatic &&
+                           (f.direction == Direction::forward || resident_backward_pays(s, rc, dev))))) {
       // Every chunk in shared memory from its load to its output, pipelined: x is read once.
-      l = ncdhw_resident(f, s, dev, resident_chunks(f, s, dev));
+      l = ncdhw_resident(f, s, dev, rc);
     } else if (k_cached <= resident && split_mode() == SplitMode::registers) {
       // Every chunk stays in registers: x is read once. All CTAs of an instance must be co-resident.
       l = ncdhw_split(f, s, dev, /*cached=*/true, k_cached, "split, cached in registers");

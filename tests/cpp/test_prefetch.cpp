@@ -343,16 +343,19 @@ TEST(PrefetchDeathTest, TwoThreadsCompileEachQueuedKernelOnce) {
   auto body = [&] {
     setenv("NORMJIT_PREFETCH", "2", 1);
     setenv("NORMJIT_CACHE_DIR", dir.path().c_str(), 1);  // empty: every kernel needs NVRTC
-    // The U-Net ladder's training forwards, each queueing its backward kernel (5 distinct ones).
+    // The U-Net ladder's training forwards, each queueing its backward kernel (some shared).
     std::vector<std::pair<FusionKey, KernelConfig>> kernels;
+    std::set<std::string> distinct;
     for (auto [c, s] : {std::pair{32, 128}, {64, 64}, {128, 32}, {256, 16}, {320, 8}, {320, 4}}) {
       const CallKeys f = forward_of({{2, c, s, s, s}});
       prefetch_backward(f.fusion, f.shape, h200_state());
       kernels.push_back(*backward_kernel_of(f.fusion, f.shape, builtin_profile("H200")));
+      distinct.insert(kernel_name(kernels.back().first, kernels.back().second));
     }
     prefetch_wait_idle();
     const PrefetchCounters p = prefetch_counters();
-    bool ok = prefetch_threads() == 2 && p.queued == 5 && p.compiled + p.from_disk == 5 && p.failed == 0;
+    const uint64_t n = distinct.size();
+    bool ok = prefetch_threads() == 2 && n >= 5 && p.queued == n && p.compiled + p.from_disk == n && p.failed == 0;
     for (const auto& [f, c] : kernels) ok = ok && !compile_kernel(f, c, 90).cubin.empty();
     ok = ok && stats::counters().compiles == p.compiled && compile_slots_in_use() == 0;
     std::exit(ok ? 0 : 1);
