@@ -17,6 +17,8 @@
 #else
 #define NJ_NSUM 1
 #endif
+// The streamed forward's ring holds x (nhwc_ring.cuh; a residual is read where it is added).
+#define NJ_RING_TENSORS 1
 
 struct TileUnit {
   bool active;
@@ -134,11 +136,16 @@ __device__ __forceinline__ void load_nhwc_tile(const NjParams& p, const TileUnit
   }
 }
 
-// Streams a chunk's tiles through registers, the next tile's loads in flight while `body(t0, tile)`
-// works on this one. The output pass walks the chunk last tile first when p.reverse_output is set
-// (the default): its first tiles are the ones the statistics pass read last, the likeliest to be
-// still in L2 when a (sample, channel tile) unit exceeds it. Measured on the H200
-// (docs/PERF_NOTES.md): 7-8 % faster for (2,32,128^3) and (2,32,80,192,160), 19 MB less DRAM read.
+// The tile order of a chunk's passes: tiles of NJ_ROWS * NJ_ITEMS positions. The output pass
+// walks the chunk last tile first when p.reverse_output is set (the default): its first tiles are
+// the ones the statistics pass read last, the likeliest to be still in L2 when a (sample, channel
+// tile) unit exceeds it. Measured on the H200 (docs/PERF_NOTES.md): 7-8 % faster for
+// (2,32,128^3) and (2,32,80,192,160), 19 MB less DRAM read.
+__device__ __forceinline__ idx_t nhwc_unit_tiles(const TileUnit& u) {
+  constexpr idx_t kTile = (idx_t)NJ_ROWS * NJ_ITEMS;
+  return (u.s_end - u.s_begin + kTile - 1) / kTile;
+}
+
 __device__ __forceinline__ idx_t nhwc_tile_begin(const NjParams& p, const TileUnit& u, idx_t k, idx_t tiles,
                                                  bool output_pass) {
   constexpr idx_t kTile = (idx_t)NJ_ROWS * NJ_ITEMS;
@@ -146,10 +153,23 @@ __device__ __forceinline__ idx_t nhwc_tile_begin(const NjParams& p, const TileUn
   return u.s_begin + (output_pass && p.reverse_output ? tiles - 1 - k : k) * kTile;
 }
 
+#include "nhwc_ring.cuh"
+
+// Streams a chunk's tiles through `body(t0, tile)` in the pass's order: through the ring when the
+// kernel has one (the streamed forward: the ring holds its tiles in flight), else loaded into
+// registers, the next tile's loads in flight while `body` works on this one.
 template <class Body>
-__device__ __forceinline__ void nhwc_stream(const NjParams& p, const TileUnit& u, bool output_pass, Body body) {
-  constexpr idx_t kTile = (idx_t)NJ_ROWS * NJ_ITEMS;
-  const idx_t tiles = (u.s_end - u.s_begin + kTile - 1) / kTile;
+__device__ __forceinline__ void nhwc_stream(const NjParams& p, NhwcRing& ring, const TileUnit& u, bool output_pass,
+                                            Body body) {
+  const idx_t tiles = nhwc_unit_tiles(u);
+#if NJ_NHWC_RING
+  for (idx_t k = 0; k < tiles; ++k) {
+    NhwcTile t;
+    nhwc_ring_take(p, ring, t.x);
+    body(nhwc_tile_begin(p, u, k, tiles, output_pass), t);
+  }
+#else
+  (void)ring;
   NhwcTile t;
   load_nhwc_tile(p, u, nhwc_tile_begin(p, u, 0, tiles, output_pass), t);
   for (idx_t k = 0; k < tiles; ++k) {
@@ -158,6 +178,7 @@ __device__ __forceinline__ void nhwc_stream(const NjParams& p, const TileUnit& u
     body(nhwc_tile_begin(p, u, k, tiles, output_pass), t);
     t = next;
   }
+#endif
 }
 
 __device__ __forceinline__ float nhwc_res(const NhwcTile& t, int i, int j) {
@@ -305,6 +326,8 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
   __shared__ bool last_flag;
   const int row = threadIdx.x / NJ_GROUP;
   const idx_t rounds = tile_rounds(p);
+  NhwcRing ring;
+  nhwc_ring_start(p, ring);
 
   for (idx_t round = 0; round < rounds; ++round) {
     const TileUnit u = make_tile_unit(p, round);
@@ -325,7 +348,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     float tn = 0.f, tmean[NJ_VEC], tm2[NJ_VEC];
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) tmean[j] = 0.f, tm2[j] = 0.f;
-    nhwc_stream(p, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_thread_tile_stats(u, t0, t, tn, tmean, tm2); });
+    nhwc_stream(p, ring, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_thread_tile_stats(u, t0, t, tn, tmean, tm2); });
     count[0] = (float)(u.s_end - u.s_begin);
     nhwc_merge_thread_stats(tn, tmean, tm2, count[0], smem, cp.mean, m2);
 #endif
@@ -389,9 +412,10 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
 #if NJ_TRAIN && NJ_CACHED
     nhwc_normalize(p, u, u.s_begin, t, cp);
 #else
-    nhwc_stream(p, u, NJ_TRAIN, [&](idx_t t0, const NhwcTile& t) { nhwc_normalize(p, u, t0, t, cp); });
+    nhwc_stream(p, ring, u, NJ_TRAIN, [&](idx_t t0, const NhwcTile& t) { nhwc_normalize(p, u, t0, t, cp); });
 #endif
   }
+  nhwc_ring_finish();
 #if NJ_TRAIN && NJ_RUNNING
   finish_running_stats(p, &last_flag);
 #endif
@@ -464,6 +488,7 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
   __shared__ bool last_flag;
   const int row = threadIdx.x / NJ_GROUP;
   const idx_t rounds = tile_rounds(p);
+  NhwcRing ring;  // empty: the backward loads its tiles into registers (nhwc_ring.cuh says why)
 
   for (idx_t round = 0; round < rounds; ++round) {
     const TileUnit u = make_tile_unit(p, round);
@@ -483,7 +508,7 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     load_nhwc_tile(p, u, u.s_begin, t);
     nhwc_accumulate(p, u, u.s_begin, t, cp, sums);
 #else
-    nhwc_stream(p, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_accumulate(p, u, t0, t, cp, sums); });
+    nhwc_stream(p, ring, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_accumulate(p, u, t0, t, cp, sums); });
 #endif
     column_sum<2>(sums, smem);
     if (p.chunks > 1 && u.active) {
@@ -511,7 +536,7 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #if NJ_CACHED
     nhwc_write_dx(p, u, u.s_begin, t, cp, sums);
 #else
-    nhwc_stream(p, u, true, [&](idx_t t0, const NhwcTile& t) { nhwc_write_dx(p, u, t0, t, cp, sums); });
+    nhwc_stream(p, ring, u, true, [&](idx_t t0, const NhwcTile& t) { nhwc_write_dx(p, u, t0, t, cp, sums); });
 #endif
   }
 #if NJ_AFFINE

@@ -43,15 +43,21 @@ int min_blocks_for(int threads, Direction d, const DeviceProfile& dev) {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Streamed NCDHW tiles go through a ring of `stages` tiles in shared memory filled with cp.async
-// (kernels/tile_ring.cuh), so that several tiles per thread are in flight without holding
-// registers. Measured on the H200 before the ring: the streamed kernels moved 2-2.7 TB/s of DRAM
-// traffic with their loads in registers, latency-bound at 1-2 CTAs per SM.
+// Streamed tiles go through a ring of `stages` tiles in shared memory filled with cp.async
+// (kernels/tile_ring.cuh for NCDHW, kernels/nhwc_ring.cuh for the channels-last forward), so
+// that several tiles per thread are in flight without holding registers. Measured on the H200
+// before the ring: the streamed NCDHW kernels moved 2-2.7 TB/s of DRAM traffic with their loads
+// in registers, latency-bound at 1-2 CTAs per SM. The channels-last backward measured slower
+// through a ring (nhwc_ring.cuh says why) and keeps its tiles in registers.
 int ring_stages(const FusionKey& f, int threads, int items, int vec, int min_blocks, const DeviceProfile& dev) {
-  if (f.layout != Layout::ncdhw || dev.arch < 80 || vec * dtype_size(f.dtype) != 16) return 0;
+  if (dev.arch < 80 || vec * dtype_size(f.dtype) != 16) return 0;
+  if (f.layout == Layout::ndhwc && f.direction == Direction::backward) return 0;
   const int64_t stage = int64_t(ring_tensors(f)) * items * threads * 16;
-  const int64_t per_cta = dev.smem_per_sm / std::max(1, min_blocks) - 2048;  // driver reserve + static smem
-  const int64_t stages = std::min<int64_t>(3, per_cta / stage);
+  // The channels-last forward's column sums: one float per thread and vector element.
+  const int64_t static_smem = f.layout == Layout::ndhwc ? int64_t(threads) * vec * 4 : 0;
+  // 2048: the driver's reserve per CTA and the kernels' small static shared memory.
+  const int64_t per_cta = dev.smem_per_sm / std::max(1, min_blocks) - 2048 - static_smem;
+  const int64_t stages = std::min<int64_t>(ring_stage_cap(), per_cta / stage);
   return stages >= 2 ? int(stages) : 0;
 }
 
@@ -115,6 +121,17 @@ int resident_slots() {
     return n >= 3 && n <= 8 ? n : 4;
   }();
   return slots;
+}
+
+int ring_stage_cap() {
+  // 3: the NCDHW ring's depth since it was introduced (docs/PERF_NOTES.md); the variable is for
+  // measuring others.
+  static const int cap = [] {
+    const char* v = std::getenv("NORMJIT_RING_STAGES");
+    const int n = v ? std::atoi(v) : 0;
+    return n >= 2 && n <= 8 ? n : 3;
+  }();
+  return cap;
 }
 
 bool output_pass_reversed() {
@@ -356,7 +373,8 @@ Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& de
   const int64_t insts = nhwc_instances(f, s);
   const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
   const int64_t resident = int64_t(dev.sms) * mb;
-  l.config = make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, cached, needs_index64(s));
+  l.config = make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, cached, needs_index64(s),
+                         cached ? 0 : ring_stages(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev));
   l.chunk_vectors = ceil_div(s.spatial, std::max<int64_t>(1, chunks));
   l.chunks = int(ceil_div(s.spatial, l.chunk_vectors));
   l.cooperative = f.train && l.chunks > 1;
@@ -607,7 +625,8 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
           }
           const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
           if (f.train) out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, true, idx64));
-          out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, idx64));
+          out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, idx64,
+                                    ring_stages(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev)));
         }
   } else {
   for (int vec = 16 / es; vec >= 1; vec /= 2) {

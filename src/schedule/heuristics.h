@@ -43,6 +43,9 @@ bool output_pass_reversed();
 // Shared-memory slots of the resident split's pipeline (3-8; NORMJIT_RESIDENT_SLOTS, default 4).
 // Read once per process.
 int resident_slots();
+// Most tiles of a streamed kernel's cp.async ring (2-8; NORMJIT_RING_STAGES, default 3), as the
+// shared memory allows. Read once per process.
+int ring_stage_cap();
 
 struct Launch {
   KernelConfig config = zeroed<KernelConfig>();

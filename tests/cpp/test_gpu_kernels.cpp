@@ -79,10 +79,10 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuKernels, ::testing::ValuesIn(cases()), case_name);
 
-// Whether the heuristics give case c's forward (or backward) the resident split on `dev`.
-bool uses_resident(const Case& c, bool forward, const normjit::DeviceProfile& dev) {
+// The launch the heuristics give case c's forward (or backward) on `dev`.
+normjit::Launch default_launch(const Case& c, bool forward, const normjit::DeviceProfile& dev) {
   DeviceBuffer probe(16);
-  const auto t = normjit::contiguous_tensor(probe.get(), c.dtype, c.shape);
+  const auto t = arg(probe, c.dtype, c);
   normjit::CallKeys k;
   if (forward) {
     normjit::ForwardArgs a;
@@ -97,7 +97,11 @@ bool uses_resident(const Case& c, bool forward, const normjit::DeviceProfile& de
     a.save_mean = a.save_rstd = static_cast<float*>(probe.get());
     k = normjit::backward_keys(a);
   }
-  return normjit::choose_launch(k.fusion, k.shape, dev, normjit::policy_from_env()).config.resident;
+  return normjit::choose_launch(k.fusion, k.shape, dev, normjit::policy_from_env());
+}
+
+bool uses_resident(const Case& c, bool forward, const normjit::DeviceProfile& dev) {
+  return default_launch(c, forward, dev).config.resident;
 }
 
 // The resident split (kernels/resident_split.cuh) on this GPU, forced for both directions
@@ -134,6 +138,31 @@ TEST(GpuKernelsResident, EdgeShapesMatchDoubleReference) {
   }
 }
 
+// The channels-last streamed split, its forward through the cp.async ring (kernels/nhwc_ring.cuh)
+// by default: chunks that are not a whole number of tiles, channel tiles that C does not fill
+// (lanes without channels), a residual and an activation, 4-wide fp32 vectors with mean >> std,
+// bf16. The backward of each streams too (through registers).
+TEST(GpuKernelsChannelsLastRing, EdgeShapesMatchDoubleReference) {
+  REQUIRE_GPU();
+  using A = normjit::Activation;
+  const normjit::DeviceProfile dev = normjit::live_profile(0);
+  const std::vector<Case> cases = {
+      {{1, 24, 40, 48, 37}, DType::f16, true, true, A::leaky_relu, true},  // 40 chunks of 1776 positions
+      {{2, 40, 41, 43, 47}, DType::bf16, true},                            // C = 40 of a 64-channel tile
+      {{1, 32, 67, 67, 67}, DType::f32, true, true, A::identity, false, 1000.f},
+      {{2, 64, 64, 64, 64}, DType::f16, true, true, A::silu, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    for (bool forward : {true, false}) {
+      const normjit::Launch l = default_launch(c, forward, dev);
+      EXPECT_TRUE(!l.config.cached && l.chunks > 1 && (l.config.stages >= 2) == forward)
+          << (forward ? "forward" : "backward") << ": " << l.tier << ", stages " << int(l.config.stages);
+    }
+    check_case(c);
+  }
+}
+
 // The tag of the resident split's exchange wraps after 2^32 - 1 launches on one stream: the last
 // CTA then clears the exchange words. Forced here by setting the generation just below the wrap.
 TEST(GpuKernelsResident, TagWrapClearsTheExchange) {
@@ -161,14 +190,16 @@ TEST(GpuKernelsDeterminism, BackwardIsBitwiseRepeatable) {
   EXPECT_EQ(check_case(h, 8), check_case(h, 8));
 }
 
-class GpuKernelsEval : public ::testing::TestWithParam<std::vector<int64_t>> {};
+class GpuKernelsEval : public ::testing::TestWithParam<Case> {};
 
 // Running statistics updated in the training forward (the resident split's last-CTA pass too),
 // then eval mode with them.
 TEST_P(GpuKernelsEval, RunningStatsUpdateAndEvalMode) {
   REQUIRE_GPU();
-  const std::vector<int64_t> shape = GetParam();
+  const Case& k = GetParam();
+  const std::vector<int64_t>& shape = k.shape;
   const int64_t N = shape[0], C = shape[1], S = shape[2] * shape[3] * shape[4];
+  const Layout L{N, C, S, k.channels_last};
   std::vector<float> x(N * C * S);
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -179,8 +210,8 @@ TEST_P(GpuKernelsEval, RunningStatsUpdateAndEvalMode) {
   rmb.upload(rm.data());
   rvb.upload(rv.data());
   normjit::ForwardArgs fa;
-  fa.x = normjit::contiguous_tensor(xb.get(), DType::f32, shape);
-  fa.y = normjit::contiguous_tensor(yb.get(), DType::f32, shape);
+  fa.x = arg(xb, DType::f32, k);
+  fa.y = arg(yb, DType::f32, k);
   fa.running_mean = static_cast<float*>(rmb.get());
   fa.running_var = static_cast<float*>(rvb.get());
   fa.momentum = 0.1;
@@ -192,9 +223,9 @@ TEST_P(GpuKernelsEval, RunningStatsUpdateAndEvalMode) {
     double m_avg = 0, v_avg = 0;
     for (int64_t n = 0; n < N; ++n) {
       double m = 0, v = 0;
-      for (int64_t s = 0; s < S; ++s) m += x[(n * C + c) * S + s];
+      for (int64_t s = 0; s < S; ++s) m += x[L.at(n, c, s)];
       m /= S;
-      for (int64_t s = 0; s < S; ++s) v += std::pow(x[(n * C + c) * S + s] - m, 2);
+      for (int64_t s = 0; s < S; ++s) v += std::pow(x[L.at(n, c, s)] - m, 2);
       m_avg += m / N, v_avg += v / (S - 1) / N;
     }
     EXPECT_NEAR(rm2[c], 0.9 * 0.5 + 0.1 * m_avg, 1e-4);
@@ -206,13 +237,15 @@ TEST_P(GpuKernelsEval, RunningStatsUpdateAndEvalMode) {
   std::vector<float> y(x.size());
   yb.download(y.data());
   for (int64_t i = 0; i < N * C * S; i += 37) {
-    const int64_t c = (i / S) % C;
+    const int64_t c = k.channels_last ? i % C : (i / S) % C;
     EXPECT_NEAR(y[i], (x[i] - rm2[c]) / std::sqrt(rv2[c] + 1e-5), 1e-4);
   }
 }
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuKernelsEval,
-                         ::testing::Values(std::vector<int64_t>{3, 4, 9, 10, 11},     // one CTA per instance
-                                           std::vector<int64_t>{2, 3, 40, 40, 40}));  // the resident split
+                         ::testing::Values(Case{{3, 4, 9, 10, 11}},          // one CTA per instance
+                                           Case{{2, 3, 40, 40, 40}},         // the resident split
+                                           Case{{2, 32, 40, 40, 40}, DType::f32, true}),  // channels-last ring
+                         case_name);
 
 TEST(GpuKernelsErrors, BadInputThrowsBeforeLaunch) {
   normjit::ForwardArgs fa;
