@@ -464,11 +464,12 @@ def test_report_merges_policy_and_cold_start():
             assert set(json.load(f)) == {"gpu_check", "policy", "cold_start"}
         with open(os.path.join(out, "results.md")) as f:
             md = f.read()
-        assert "## Bounded vs exact policy" in md and md.count("| fp16 |") == 28
+        rows = 4 * len(bl.DEFAULT_SHAPES)  # 2 layouts x fwd, fwd+bwd
+        assert "## Bounded vs exact policy" in md and md.count("| fp16 |") == rows
         assert "## Cold start of an nnU-Net-style" in md and "### What each cache level" in md
         console = proc.stdout
         assert "## policy: bounded vs exact | FakeGPU" in console
-        assert "bounded within 10% of exact on 27 of 28" in console
+        assert f"bounded within 10% of exact on {rows - 1} of {rows}" in console
         assert console.count("| NO |") == 1 + 2, "the slow policy row and both warm rows"
         assert "## cold start (U-Net fwd+bwd, batch 2, patch 128x128x128" in console
         assert "!! cold ndhwc: RuntimeError: out of memory" in console
@@ -481,11 +482,11 @@ def test_policy_console_is_capped():
         r["within"] = False
     lines = "\n".join(report._policy_console(doc)).splitlines()
     assert sum(line.startswith("| 2,") for line in lines) == 6
-    assert "... (22 more in results.md)" in lines
+    assert f"... ({4 * len(bl.DEFAULT_SHAPES) - 6} more in results.md)" in lines
 
 
 def test_console_fits_with_every_benchmark():
-    """A full default gpu_check (7 shapes x 3 dtypes, activation, host, U-Net, policy on the
+    """A full default gpu_check (8 shapes x 3 dtypes, activation, host, U-Net, policy on the
     ladder, cold start with the torch.compile pair) must print its tables within the 12,000
     characters a log tail keeps, with room for the step summary printed before them."""
     import bench_unet

@@ -243,7 +243,7 @@ def test_bench_instance_norm_args():
     assert args.shapes == list(bl.DEFAULT_SHAPES) and args.dtypes == ["fp16", "bf16", "fp32"]
     assert args.compile_dtypes == args.dtypes and args.activations == ["none"]
     cfgs = bench_instance_norm.configs(args)
-    assert len(cfgs) == 7 * 3 * 2 * 2
+    assert len(cfgs) == len(bl.DEFAULT_SHAPES) * 3 * 2 * 2
     quick = bench_instance_norm.parse_args(["--quick", "--compile-dtypes", "fp16"])
     assert quick.shapes == list(bl.QUICK_SHAPES) and quick.dtypes == ["fp16"]
     explicit = bench_instance_norm.parse_args(["--quick", "--dtypes", "bf16", "--shapes",
@@ -255,7 +255,7 @@ def test_bench_instance_norm_args():
     c32 = bench_instance_norm.Config((2, 8, 4, 4, 4), "fp32", "ncdhw", "fwd", "leaky_relu")
     assert bench_instance_norm.peers_for(c16, mixed) == ["eager", "compile", "normjit"]
     assert bench_instance_norm.peers_for(c32, mixed) == ["eager", "normjit_unfused", "normjit"]
-    assert len(bench_instance_norm.configs(mixed)) == 2 * 7 * 3 * 2 * 2
+    assert len(bench_instance_norm.configs(mixed)) == 2 * len(bl.DEFAULT_SHAPES) * 3 * 2 * 2
 
 
 def test_bench_unet_args():
@@ -333,7 +333,7 @@ def test_report_with_nothing():
 
 
 def test_console_fits_for_full_default_run():
-    """The default gpu_check run (7 shapes x 3 dtypes plain, 3 shapes fp16 activation, host,
+    """The default gpu_check run (8 shapes x 3 dtypes plain, 3 shapes fp16 activation, host,
     U-Net) must print its summary tables well within the 12,000 characters a log tail keeps."""
     shapes = bl.DEFAULT_SHAPES
     docs = {"kernel": fake_kernel_doc(shapes=shapes, dtypes=("fp16", "bf16", "fp32")),
