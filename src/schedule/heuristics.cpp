@@ -111,26 +111,25 @@ SplitMode split_mode() {
   return SplitMode::automatic;
 }
 
+// The integer in environment variable `name` when it lies in [lo, hi], else `fallback`.
+static int env_int_in(const char* name, int lo, int hi, int fallback) {
+  const char* v = std::getenv(name);
+  const int n = v ? std::atoi(v) : 0;
+  return n >= lo && n <= hi ? n : fallback;
+}
+
 int resident_slots() {
   // 4 slots (7 vectors a thread, fp16 forward) measured fastest of 3-6 on the H200: see
   // docs/PERF_NOTES.md. The variable is for such measurements; read once per process, so that
   // the enumerated kernel set (explain --all) and the selections agree.
-  static const int slots = [] {
-    const char* v = std::getenv("NORMJIT_RESIDENT_SLOTS");
-    const int n = v ? std::atoi(v) : 0;
-    return n >= 3 && n <= 8 ? n : 4;
-  }();
+  static const int slots = env_int_in("NORMJIT_RESIDENT_SLOTS", 3, 8, 4);
   return slots;
 }
 
 int ring_stage_cap() {
-  // 3: the NCDHW ring's depth since it was introduced (docs/PERF_NOTES.md); the variable is for
-  // measuring others.
-  static const int cap = [] {
-    const char* v = std::getenv("NORMJIT_RING_STAGES");
-    const int n = v ? std::atoi(v) : 0;
-    return n >= 2 && n <= 8 ? n : 3;
-  }();
+  // 3: the NCDHW ring's depth since it was introduced; 4 measured the same for the channels-last
+  // forward (docs/PERF_NOTES.md). The variable is for such measurements; read once per process.
+  static const int cap = env_int_in("NORMJIT_RING_STAGES", 2, 8, 3);
   return cap;
 }
 
