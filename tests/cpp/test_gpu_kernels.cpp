@@ -57,6 +57,8 @@ std::vector<Case> cases() {
   out.push_back({{1, 2, 128, 128, 128}, DType::f16, false});      // split, cached
   out.push_back({{1, 1, 256, 256, 256}, DType::f32, false});      // split, streamed twice
   out.push_back({{1, 32, 64, 64, 64}, DType::f16, true});         // channels-last split
+  out.push_back({{1, 30, 48, 48, 48}, DType::f16, true});         // channels-last split, 4-byte vectors
+  out.push_back({{1, 20, 40, 48, 37}, DType::f16, true, true, normjit::Activation::leaky_relu, true});  // 8-byte
   out.push_back({{2, 320, 4, 4, 4}, DType::f16, false});          // nnU-Net deep stage
   out.push_back({{2, 320, 4, 4, 4}, DType::f16, true});
   // Backward walking channel by channel (dweight/dbias summed in the CTA): N = 4, 8 per CTA.
