@@ -313,15 +313,17 @@ void prefetch_ladder(const FusionKey& forward, const ShapeKey& s, const KernelCo
                      const DeviceState& dev) {
   if (forward.direction != Direction::forward || !prefetch_ladder_enabled()) return;
   try {
+    // A forward whose kernel an earlier ladder guessed (queued, or compiled ahead) is one of that
+    // ladder's stages, which queued the stages after it already. A new ladder from here would
+    // reach one stage deeper than the first (measured on the H200: a channels-last 128^3 U-Net
+    // compiled 2 kernels for a 2^3 stage it does not have, beside the 6 it needed). Checked
+    // first: a map lookup, where the disk probe below generates and hashes the source and reads
+    // a file.
+    if (compile_is_reserved(forward, forward_config, dev.profile.arch)) return;
     compile::DiskCache* disk = hook_disk();
     // A kernel on disk means this process is not the first to meet the model: its ladder is on
     // disk too (or was never needed), and each call reads its kernel in ~0.5 ms.
     if (disk && kernel_on_disk(forward, forward_config, dev.profile.arch, *disk)) return;
-    // A forward whose kernel an earlier ladder guessed (queued, or compiled ahead) is one of that
-    // ladder's stages, which queued the stages after it already. A new ladder from here would
-    // reach one stage deeper than the first (measured on the H200: a channels-last 128^3 U-Net
-    // compiled 2 kernels for a 2^3 stage it does not have, beside the 6 it needed).
-    if (compile_is_reserved(forward, forward_config, dev.profile.arch)) return;
     const Policy policy = policy_from_env();
     const std::vector<ShapeKey> ladder = ladder_after(s, forward.layout);
     // Forward kernels first: the forward pass needs them next, in this order; then the backward
