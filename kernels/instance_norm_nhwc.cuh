@@ -1,17 +1,26 @@
 // Instance norm, forward and backward, for channels-last tensors (NDHWC: the channels of one
 // spatial position are contiguous), read and written in place: no layout copies.
 //
-// A CTA owns a tile of TC = NJ_GROUP * NJ_VEC channels of one sample n and a chunk of spatial
-// positions. Its threads form ROWS x NJ_GROUP: a thread loads NJ_VEC neighbouring channels (one
-// 16-byte vector) at NJ_ITEMS positions, so a warp reads whole rows of memory. Per-channel
-// statistics are column sums: each thread's partials go through shared memory and are added in
-// row order (deterministic). Like the NCDHW kernels, a chunk stays in registers (NJ_CACHED) or is
-// streamed twice, and `chunks` CTAs split a long spatial range, exchanging per-channel partials.
-// The "instance" of the exchange counters is the (n, channel tile) pair.
+// A CTA owns a tile of TC = lanes * NJ_VEC channels of one sample n and a chunk of spatial
+// positions. Its threads form rows x lanes: a thread loads NJ_VEC neighbouring channels (one
+// vector) at NJ_ITEMS positions, so a warp reads whole rows of memory. Per-channel statistics are
+// column sums: each thread's partials go through shared memory and are added in row order
+// (deterministic). Like the NCDHW kernels, a chunk stays in registers (NJ_CACHED) or is streamed
+// twice, and `chunks` CTAs split a long spatial range, exchanging per-channel partials. The
+// "instance" of the exchange counters is the (n, channel tile) pair.
+//
+// NJ_FLAT (C not a multiple of the 16-byte vector's NJ_VEC elements): a sample is one contiguous
+// run of spatial * C elements, read as "super-rows" of L = lcm(C, NJ_VEC) elements (L / C
+// positions each) with 16-byte vectors, so odd channel counts get the loads, the ring and the
+// whole-row coalescing of C = 32 instead of 2- or 4-byte vectors. Lane l always holds the L-slot
+// columns 8l..8l+7 (fp16), whose channels are fixed: (column mod C). The tile, column sums and
+// exchange run unchanged over the L slot columns (one tile per sample, positions become
+// super-rows); fold_slots then adds each channel's L / C slots. Lanes (C / gcd(C, NJ_VEC), at
+// most 32) are a run-time value there, and rows * lanes may leave the last threads of the CTA
+// without a column (they load nothing and their column-sum entries are skipped). The host takes
+// it only where L / C divides spatial (every slot then has the same count).
 #include "common.cuh"
 
-#define NJ_ROWS (NJ_THREADS / NJ_GROUP)
-#define NJ_TC (NJ_GROUP * NJ_VEC)
 #if NJ_BACKWARD
 #define NJ_NSUM 2
 #else
@@ -20,31 +29,75 @@
 // The streamed forward's ring holds x (nhwc_ring.cuh; a residual is read where it is added).
 #define NJ_RING_TENSORS 1
 
+#if NJ_FLAT
+// gcd(C, NJ_VEC): NJ_VEC is a power of two.
+__device__ __forceinline__ idx_t flat_gcd(const NjParams& p) { return min((idx_t)(p.C & -p.C), (idx_t)NJ_VEC); }
+__device__ __forceinline__ int nhwc_lanes(const NjParams& p) { return (int)(p.C / flat_gcd(p)); }
+// Positions per memory row: the super-row's L / C.
+__device__ __forceinline__ int nhwc_positions(const NjParams& p) { return (int)(NJ_VEC / flat_gcd(p)); }
+__device__ __forceinline__ idx_t channel_tiles(const NjParams&) { return 1; }
+#else
+__device__ __forceinline__ int nhwc_lanes(const NjParams&) { return NJ_GROUP; }
+__device__ __forceinline__ int nhwc_positions(const NjParams&) { return 1; }
+__device__ __forceinline__ idx_t channel_tiles(const NjParams& p) { return (p.C + NJ_GROUP * NJ_VEC - 1) / (NJ_GROUP * NJ_VEC); }
+#endif
+// Memory rows of a sample (positions, or super-rows when flat): the extent chunks divide.
+__device__ __forceinline__ idx_t nhwc_extent(const NjParams& p) { return (idx_t)p.spatial / nhwc_positions(p); }
+// 1 / extent (exact: positions are a power of two).
+__device__ __forceinline__ float inv_extent(const NjParams& p) { return p.inv_spatial * (float)nhwc_positions(p); }
+
 struct TileUnit {
   bool active;
-  idx_t n, tile, c0;           // sample, channel tile, first channel of this thread's vector
+  idx_t n, tile, c0;           // sample, channel tile, first channel (flat: slot column) of this thread's vector
   bool c_valid;                // this thread's channels exist (C need not fill the last tile)
   int chunk;
-  idx_t s_begin, s_end;        // spatial range of the chunk
+  idx_t s_begin, s_end;        // row range of the chunk (positions; flat: super-rows)
+#if NJ_FLAT
+  // The CTA's shape, a run-time value when flat (else the constants of the accessors below):
+  // `rows` x `lanes` threads over a tile `tc` elements wide; this thread's lane and row (row ==
+  // rows: a spare thread of the CTA).
+  int lanes, rows, tc, lane, row;
+#endif
 };
 
-__device__ __forceinline__ idx_t channel_tiles(const NjParams& p) { return (p.C + NJ_TC - 1) / NJ_TC; }
+#if NJ_FLAT
+__device__ __forceinline__ int tile_lanes(const TileUnit& u) { return u.lanes; }
+__device__ __forceinline__ int tile_rows(const TileUnit& u) { return u.rows; }
+__device__ __forceinline__ int tile_width(const TileUnit& u) { return u.tc; }
+__device__ __forceinline__ int thread_lane(const TileUnit& u) { return u.lane; }
+__device__ __forceinline__ int thread_row(const TileUnit& u) { return u.row; }
+// Elements from one memory row to the next: a super-row.
+__device__ __forceinline__ idx_t row_elems(const NjParams&, const TileUnit& u) { return u.tc; }
+#else
+__device__ __forceinline__ int tile_lanes(const TileUnit&) { return NJ_GROUP; }
+__device__ __forceinline__ int tile_rows(const TileUnit&) { return NJ_THREADS / NJ_GROUP; }
+__device__ __forceinline__ int tile_width(const TileUnit&) { return NJ_GROUP * NJ_VEC; }
+__device__ __forceinline__ int thread_lane(const TileUnit&) { return threadIdx.x % NJ_GROUP; }
+__device__ __forceinline__ int thread_row(const TileUnit&) { return threadIdx.x / NJ_GROUP; }
+__device__ __forceinline__ idx_t row_elems(const NjParams& p, const TileUnit&) { return p.C; }
+#endif
 
 __device__ __forceinline__ TileUnit make_tile_unit(const NjParams& p, idx_t round) {
   const idx_t units = p.N * channel_tiles(p) * p.chunks;
   const idx_t unit = round * gridDim.x + blockIdx.x;
   TileUnit u;
+#if NJ_FLAT
+  u.lanes = nhwc_lanes(p);
+  u.rows = NJ_THREADS / u.lanes;
+  u.tc = u.lanes * NJ_VEC;
+  u.lane = threadIdx.x % u.lanes;
+  u.row = threadIdx.x / u.lanes;
+#endif
   u.active = unit < units;
   const idx_t safe = u.active ? unit : 0;
   const idx_t inst = safe / p.chunks;
   u.chunk = (int)(safe % p.chunks);
   u.n = inst / channel_tiles(p);
   u.tile = inst % channel_tiles(p);
-  const int lane = threadIdx.x % NJ_GROUP;
-  u.c0 = u.tile * NJ_TC + (idx_t)lane * NJ_VEC;
-  u.c_valid = u.active && u.c0 < p.C;
+  u.c0 = u.tile * tile_width(u) + (idx_t)thread_lane(u) * NJ_VEC;
+  u.c_valid = u.active && (NJ_FLAT ? thread_row(u) < tile_rows(u) : u.c0 < p.C);
   u.s_begin = (idx_t)u.chunk * p.chunk_vectors;
-  u.s_end = u.active ? min((idx_t)p.spatial, u.s_begin + (idx_t)p.chunk_vectors) : u.s_begin;
+  u.s_end = u.active ? min(nhwc_extent(p), u.s_begin + (idx_t)p.chunk_vectors) : u.s_begin;
   return u;
 }
 
@@ -54,44 +107,86 @@ __device__ __forceinline__ idx_t tile_rounds(const NjParams& p) {
 }
 
 __device__ __forceinline__ idx_t elem_at(const NjParams& p, const TileUnit& u, idx_t s) {
-  return u.n * (idx_t)p.stride_n + s * (idx_t)p.C + u.c0;
+  return u.n * (idx_t)p.stride_n + s * row_elems(p, u) + u.c0;
 }
 
-// Column sums over the CTA's rows: v[k][j] (sum k, channel j of this thread's vector) becomes the
-// total over all rows for that channel. smem: NJ_NSUM * NJ_THREADS * NJ_VEC floats.
+// The channel of element j of this thread's vector, and whether this thread writes that
+// channel's per-channel results (flat: only the channel's first slot does).
+__device__ __forceinline__ idx_t slot_channel(const NjParams& p, const TileUnit& u, int j) {
+  return NJ_FLAT ? (u.c0 + j) % (idx_t)p.C : u.c0 + j;
+}
+__device__ __forceinline__ bool writes_channel(const NjParams& p, const TileUnit& u, int j) {
+  return u.c_valid && (!NJ_FLAT || u.c0 + j < (idx_t)p.C);
+}
+
+// Column sums over the CTA's rows: v[k][j] (sum k, column j of this thread's vector) becomes the
+// total over all rows for that column. smem: NJ_NSUM * NJ_THREADS * NJ_VEC floats.
 template <int K>
-__device__ __forceinline__ void column_sum(float (&v)[K][NJ_VEC], float* smem) {
-  const int lane = threadIdx.x % NJ_GROUP, row = threadIdx.x / NJ_GROUP;
+__device__ __forceinline__ void column_sum(const TileUnit& u, float (&v)[K][NJ_VEC], float* smem) {
+  const int rows = tile_rows(u), tc = tile_width(u);
+  if (!NJ_FLAT || thread_row(u) < rows)  // a flat CTA's spare threads hold no column
 #pragma unroll
-  for (int k = 0; k < K; ++k)
+    for (int k = 0; k < K; ++k)
 #pragma unroll
-    for (int j = 0; j < NJ_VEC; ++j) smem[(k * NJ_ROWS + row) * NJ_TC + lane * NJ_VEC + j] = v[k][j];
+      for (int j = 0; j < NJ_VEC; ++j) smem[(k * rows + thread_row(u)) * tc + thread_lane(u) * NJ_VEC + j] = v[k][j];
   __syncthreads();
   // Thread t < K * TC adds column (t % TC) of sum (t / TC) in row order; the totals go to row 0.
-  for (int t = threadIdx.x; t < K * NJ_TC; t += NJ_THREADS) {
-    const int k = t / NJ_TC, col = t % NJ_TC;
+  for (int t = threadIdx.x; t < K * tc; t += NJ_THREADS) {
+    const int k = t / tc, col = t % tc;
     float s = 0.f;
-    // Unrolled by 8, not fully: a full unroll (64 rows at NJ_GROUP 4) put 256 of the kernel's
+    // Unrolled by 8, not fully: a full unroll (64 rows at 4 lanes) put 256 of the kernel's
     // ~3000 PTX instructions in these 4 sums that only K * TC threads run.
 #pragma unroll 8
-    for (int r = 0; r < NJ_ROWS; ++r) s += smem[(k * NJ_ROWS + r) * NJ_TC + col];
-    smem[(k * NJ_ROWS) * NJ_TC + col] = s;  // row 0 was already read by this thread
+    for (int r = 0; r < rows; ++r) s += smem[(k * rows + r) * tc + col];
+    smem[(k * rows) * tc + col] = s;  // row 0 was already read by this thread
   }
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < K; ++k)
 #pragma unroll
-    for (int j = 0; j < NJ_VEC; ++j) v[k][j] = smem[(k * NJ_ROWS) * NJ_TC + lane * NJ_VEC + j];
+    for (int j = 0; j < NJ_VEC; ++j) v[k][j] = smem[(k * rows) * tc + thread_lane(u) * NJ_VEC + j];
   __syncthreads();
+}
+
+// Flat only: this thread's slot values (a, b) of its columns become the totals of their
+// channels, from the channel's P = L / C slots (columns ch, ch + C, ...) in slot order, so every
+// slot of a channel gets the same bits. kStats: (a, b) are the (mean, M2) of `count` rows per
+// slot, merged by Chan's rule for equal counts (the mean is the slots' average, M2 the sum of
+// theirs plus count * (slot mean - mean)^2); else both are sums and add.
+template <bool kStats>
+__device__ __forceinline__ void fold_slots(const NjParams& p, const TileUnit& u, float count, float* smem,
+                                           float (&a)[NJ_VEC], float (&b)[NJ_VEC]) {
+#if NJ_FLAT
+  const int C = (int)p.C, P = nhwc_positions(p), tc = tile_width(u);
+  if (thread_row(u) == 0)
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) smem[u.c0 + j] = a[j], smem[tc + u.c0 + j] = b[j];
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) {
+    const int ch = (int)slot_channel(p, u, j);
+    float sa = 0.f, sb = 0.f;
+    for (int k = 0; k < P; ++k) sa += smem[ch + k * C];
+    if (kStats) sa *= 1.f / (float)P;
+    for (int k = 0; k < P; ++k) {
+      const float d = kStats ? smem[ch + k * C] - sa : 0.f;
+      sb += smem[tc + ch + k * C] + (kStats ? count * d * d : 0.f);
+    }
+    a[j] = sa, b[j] = sb;
+  }
+  __syncthreads();
+#else
+  (void)p, (void)u, (void)count, (void)smem, (void)a, (void)b;
+#endif
 }
 
 // Publishes this CTA's per-channel partials (K pairs... stored as 2 floats per channel), waits for
 // the chunk's peers. Row-0 threads write; thread 0 signals.
 __device__ __forceinline__ void tile_exchange_arrive(const NjParams& p, const TileUnit& u, idx_t inst,
                                                      const float (&a)[NJ_VEC], const float (&b)[NJ_VEC]) {
-  const int lane = threadIdx.x % NJ_GROUP, row = threadIdx.x / NJ_GROUP;
+  const int lane = thread_lane(u), row = thread_row(u);
   if (row == 0) {
-    float* part = p.partials + ((inst * p.chunks + u.chunk) * NJ_TC + lane * NJ_VEC) * 2;
+    float* part = p.partials + ((inst * p.chunks + u.chunk) * tile_width(u) + lane * NJ_VEC) * 2;
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) {
       __stcg(part + 2 * j, a[j]);
@@ -106,7 +201,7 @@ __device__ __forceinline__ void tile_exchange_arrive(const NjParams& p, const Ti
 
 __device__ __forceinline__ float tile_chunk_count(const NjParams& p, int j) {
   const idx_t begin = (idx_t)j * p.chunk_vectors;
-  return (float)min((idx_t)p.chunk_vectors, (idx_t)p.spatial - begin);
+  return (float)min((idx_t)p.chunk_vectors, nhwc_extent(p) - begin);
 }
 
 struct NhwcTile {
@@ -120,10 +215,10 @@ struct NhwcTile {
 };
 
 __device__ __forceinline__ void load_nhwc_tile(const NjParams& p, const TileUnit& u, idx_t t0, NhwcTile& t) {
-  const int row = threadIdx.x / NJ_GROUP;
+  const int row = thread_row(u);
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i) {
-    const idx_t s = t0 + row + (idx_t)i * NJ_ROWS;
+    const idx_t s = t0 + row + (idx_t)i * tile_rows(u);
     const bool in = u.c_valid && s < u.s_end;
     const idx_t e = elem_at(p, u, s);
     t.x[i] = in ? load_vec(p.x, e) : zero_vec();
@@ -136,19 +231,19 @@ __device__ __forceinline__ void load_nhwc_tile(const NjParams& p, const TileUnit
   }
 }
 
-// The tile order of a chunk's passes: tiles of NJ_ROWS * NJ_ITEMS positions. The output pass
+// The tile order of a chunk's passes: tiles of rows * NJ_ITEMS positions. The output pass
 // walks the chunk last tile first when p.reverse_output is set (the default): its first tiles are
 // the ones the statistics pass read last, the likeliest to be still in L2 when a (sample, channel
 // tile) unit exceeds it. Measured on the H200 (docs/PERF_NOTES.md): 7-8 % faster for
 // (2,32,128^3) and (2,32,80,192,160), 19 MB less DRAM read.
 __device__ __forceinline__ idx_t nhwc_unit_tiles(const TileUnit& u) {
-  constexpr idx_t kTile = (idx_t)NJ_ROWS * NJ_ITEMS;
+  const idx_t kTile = (idx_t)tile_rows(u) * NJ_ITEMS;
   return (u.s_end - u.s_begin + kTile - 1) / kTile;
 }
 
 __device__ __forceinline__ idx_t nhwc_tile_begin(const NjParams& p, const TileUnit& u, idx_t k, idx_t tiles,
                                                  bool output_pass) {
-  constexpr idx_t kTile = (idx_t)NJ_ROWS * NJ_ITEMS;
+  const idx_t kTile = (idx_t)tile_rows(u) * NJ_ITEMS;
   if (k >= tiles) return u.s_end;  // past the chunk: every load is predicated off
   return u.s_begin + (output_pass && p.reverse_output ? tiles - 1 - k : k) * kTile;
 }
@@ -199,8 +294,8 @@ __device__ __forceinline__ void load_affine(const NjParams& p, const TileUnit& u
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) {
 #if NJ_AFFINE
-    cp.w[j] = u.c_valid ? load_weight(p.weight, u.c0 + j) : 0.f;
-    cp.b[j] = u.c_valid ? load_weight(p.bias, u.c0 + j) : 0.f;
+    cp.w[j] = u.c_valid ? load_weight(p.weight, slot_channel(p, u, j)) : 0.f;
+    cp.b[j] = u.c_valid ? load_weight(p.bias, slot_channel(p, u, j)) : 0.f;
 #else
     cp.w[j] = 1.f, cp.b[j] = 0.f;
 #endif
@@ -211,17 +306,17 @@ __device__ __forceinline__ void load_affine(const NjParams& p, const TileUnit& u
 // ------------------------------------------------------------------------------------- forward
 __device__ __forceinline__ void nhwc_tile_stats(const TileUnit& u, idx_t t0, const NhwcTile& t, float* smem,
                                                 float (&count)[1], float (&mean)[NJ_VEC], float (&m2)[NJ_VEC]) {
-  const int row = threadIdx.x / NJ_GROUP;
+  const int row = thread_row(u);
   float s[1][NJ_VEC];
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) s[0][j] = 0.f;
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i)
-    if (t0 + row + (idx_t)i * NJ_ROWS < u.s_end)
+    if (t0 + row + (idx_t)i * tile_rows(u) < u.s_end)
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) s[0][j] += to_float(t.x[i].v[j]);
-  column_sum<1>(s, smem);
-  const idx_t rows = u.s_end > t0 ? min((idx_t)NJ_ROWS * NJ_ITEMS, u.s_end - t0) : 0;
+  column_sum<1>(u, s, smem);
+  const idx_t rows = u.s_end > t0 ? min((idx_t)tile_rows(u) * NJ_ITEMS, u.s_end - t0) : 0;
   count[0] = (float)rows;
   const float inv_rows = rows > 0 ? 1.f / count[0] : 0.f;
 #pragma unroll
@@ -231,13 +326,13 @@ __device__ __forceinline__ void nhwc_tile_stats(const TileUnit& u, idx_t t0, con
   for (int j = 0; j < NJ_VEC; ++j) q[0][j] = 0.f;
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i)
-    if (t0 + row + (idx_t)i * NJ_ROWS < u.s_end)
+    if (t0 + row + (idx_t)i * tile_rows(u) < u.s_end)
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) {
         const float d = to_float(t.x[i].v[j]) - mean[j];
         q[0][j] += d * d;
       }
-  column_sum<1>(q, smem);
+  column_sum<1>(u, q, smem);
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) m2[j] = q[0][j];
 }
@@ -246,13 +341,13 @@ __device__ __forceinline__ void nhwc_tile_stats(const TileUnit& u, idx_t t0, con
 // registers, then Chan-merged (n is the same for every channel of the thread's vector).
 __device__ __forceinline__ void nhwc_thread_tile_stats(const TileUnit& u, idx_t t0, const NhwcTile& t, float& n,
                                                        float (&mean)[NJ_VEC], float (&m2)[NJ_VEC]) {
-  const int row = threadIdx.x / NJ_GROUP;
+  const int row = thread_row(u);
   float c = 0.f, s[NJ_VEC];
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) s[j] = 0.f;
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i)
-    if (t0 + row + (idx_t)i * NJ_ROWS < u.s_end) {
+    if (t0 + row + (idx_t)i * tile_rows(u) < u.s_end) {
       c += 1.f;
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) s[j] += to_float(t.x[i].v[j]);
@@ -265,7 +360,7 @@ __device__ __forceinline__ void nhwc_thread_tile_stats(const TileUnit& u, idx_t 
     float q = 0.f;
 #pragma unroll
     for (int i = 0; i < NJ_ITEMS; ++i)
-      if (t0 + row + (idx_t)i * NJ_ROWS < u.s_end) {
+      if (t0 + row + (idx_t)i * tile_rows(u) < u.s_end) {
         const float d = to_float(t.x[i].v[j]) - tile_mean;
         q += d * d;
       }
@@ -276,13 +371,13 @@ __device__ __forceinline__ void nhwc_thread_tile_stats(const TileUnit& u, idx_t 
 
 // The CTA's per-channel (mean, M2) over `count` rows from the threads' running statistics: two
 // column sums per chunk (see group_merge_stats in common.cuh).
-__device__ __forceinline__ void nhwc_merge_thread_stats(float n, const float (&tmean)[NJ_VEC],
+__device__ __forceinline__ void nhwc_merge_thread_stats(const TileUnit& u, float n, const float (&tmean)[NJ_VEC],
                                                         const float (&tm2)[NJ_VEC], float count, float* smem,
                                                         float (&mean)[NJ_VEC], float (&m2)[NJ_VEC]) {
   float acc[1][NJ_VEC];
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) acc[0][j] = n * tmean[j];
-  column_sum<1>(acc, smem);
+  column_sum<1>(u, acc, smem);
   const float inv_count = count > 0.f ? 1.f / count : 0.f;
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) {
@@ -290,17 +385,17 @@ __device__ __forceinline__ void nhwc_merge_thread_stats(float n, const float (&t
     const float d = tmean[j] - mean[j];
     acc[0][j] = n > 0.f ? tm2[j] + n * d * d : 0.f;
   }
-  column_sum<1>(acc, smem);
+  column_sum<1>(u, acc, smem);
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) m2[j] = acc[0][j];
 }
 
 __device__ __forceinline__ void nhwc_normalize(const NjParams& p, const TileUnit& u, idx_t t0, const NhwcTile& t,
                                                const ChannelParams& cp) {
-  const int row = threadIdx.x / NJ_GROUP;
+  const int row = thread_row(u);
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i) {
-    const idx_t s = t0 + row + (idx_t)i * NJ_ROWS;
+    const idx_t s = t0 + row + (idx_t)i * tile_rows(u);
     if (u.c_valid && s < u.s_end) {
       const idx_t e = elem_at(p, u, s);
 #if NJ_RESIDUAL
@@ -324,7 +419,6 @@ extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
 normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
   __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
   __shared__ bool last_flag;
-  const int row = threadIdx.x / NJ_GROUP;
   const idx_t rounds = tile_rounds(p);
   NhwcRing ring;
   nhwc_ring_start(p, ring);
@@ -350,28 +444,28 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     for (int j = 0; j < NJ_VEC; ++j) tmean[j] = 0.f, tm2[j] = 0.f;
     nhwc_stream(p, ring, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_thread_tile_stats(u, t0, t, tn, tmean, tm2); });
     count[0] = (float)(u.s_end - u.s_begin);
-    nhwc_merge_thread_stats(tn, tmean, tm2, count[0], smem, cp.mean, m2);
+    nhwc_merge_thread_stats(u, tn, tmean, tm2, count[0], smem, cp.mean, m2);
 #endif
     if (p.chunks > 1 && u.active) {
       // Merge the chunks per channel (mean first, then M2 around it). Rows of the CTA read
       // different chunks in parallel; column_sum adds them in a fixed order.
       tile_exchange_arrive(p, u, inst, cp.mean, m2);
-      const int lane = threadIdx.x % NJ_GROUP;
+      const int lane = thread_lane(u);
       float acc[1][NJ_VEC];
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) acc[0][j] = 0.f;
-      for (int k = row; k < p.chunks; k += NJ_ROWS) {
-        const float* part = p.partials + ((inst * p.chunks + k) * NJ_TC + lane * NJ_VEC) * 2;
+      for (int k = thread_row(u); k < p.chunks; k += tile_rows(u)) {
+        const float* part = p.partials + ((inst * p.chunks + k) * tile_width(u) + lane * NJ_VEC) * 2;
         const float nk = tile_chunk_count(p, k);
 #pragma unroll
         for (int j = 0; j < NJ_VEC; ++j) acc[0][j] += nk * __ldcg(part + 2 * j);
       }
-      column_sum<1>(acc, smem);
-      count[0] = (float)p.spatial;
+      column_sum<1>(u, acc, smem);
+      count[0] = (float)nhwc_extent(p);
 #pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) cp.mean[j] = acc[0][j] * p.inv_spatial, acc[0][j] = 0.f;
-      for (int k = row; k < p.chunks; k += NJ_ROWS) {
-        const float* part = p.partials + ((inst * p.chunks + k) * NJ_TC + lane * NJ_VEC) * 2;
+      for (int j = 0; j < NJ_VEC; ++j) cp.mean[j] = acc[0][j] * inv_extent(p), acc[0][j] = 0.f;
+      for (int k = thread_row(u); k < p.chunks; k += tile_rows(u)) {
+        const float* part = p.partials + ((inst * p.chunks + k) * tile_width(u) + lane * NJ_VEC) * 2;
         const float nk = tile_chunk_count(p, k);
 #pragma unroll
         for (int j = 0; j < NJ_VEC; ++j) {
@@ -379,18 +473,23 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
           acc[0][j] += __ldcg(part + 2 * j + 1) + nk * d * d;
         }
       }
-      column_sum<1>(acc, smem);
+      column_sum<1>(u, acc, smem);
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) m2[j] = acc[0][j];
       exchange_depart(p.counters, inst, p.chunks);
     }
+#if NJ_FLAT
+    // Slot statistics (count[0] rows each) -> channel statistics (P times as many rows).
+    fold_slots<true>(p, u, count[0], smem, cp.mean, m2);
+    count[0] *= (float)nhwc_positions(p);
+#endif
     const float inv_count = count[0] > 0.f ? 1.f / count[0] : 0.f;
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) {
       const float var = m2[j] * inv_count;
       cp.rstd[j] = rsqrtf(var + p.eps);
-      if (u.c_valid && u.chunk == 0 && row == 0) {
-        const idx_t instance = u.n * p.C + u.c0 + j;
+      if (writes_channel(p, u, j) && u.chunk == 0 && thread_row(u) == 0) {
+        const idx_t instance = u.n * p.C + slot_channel(p, u, j);
 #if NJ_SAVE
         p.save_mean[instance] = cp.mean[j];
         p.save_rstd[instance] = cp.rstd[j];
@@ -404,8 +503,8 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
 #else
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) {
-      cp.mean[j] = u.c_valid ? p.running_mean[u.c0 + j] : 0.f;
-      cp.rstd[j] = u.c_valid ? rsqrtf(p.running_var[u.c0 + j] + p.eps) : 0.f;
+      cp.mean[j] = u.c_valid ? p.running_mean[slot_channel(p, u, j)] : 0.f;
+      cp.rstd[j] = u.c_valid ? rsqrtf(p.running_var[slot_channel(p, u, j)] + p.eps) : 0.f;
     }
 #endif
 
@@ -438,10 +537,10 @@ __device__ __forceinline__ float nhwc_grad(const ChannelParams& cp, int j, float
 
 __device__ __forceinline__ void nhwc_accumulate(const NjParams& p, const TileUnit& u, idx_t t0, const NhwcTile& t,
                                                 const ChannelParams& cp, float (&sums)[2][NJ_VEC]) {
-  const int row = threadIdx.x / NJ_GROUP;
+  const int row = thread_row(u);
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i)
-    if (t0 + row + (idx_t)i * NJ_ROWS < u.s_end)
+    if (t0 + row + (idx_t)i * tile_rows(u) < u.s_end)
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) {
         const float x = to_float(t.x[i].v[j]);
@@ -453,10 +552,10 @@ __device__ __forceinline__ void nhwc_accumulate(const NjParams& p, const TileUni
 
 __device__ __forceinline__ void nhwc_write_dx(const NjParams& p, const TileUnit& u, idx_t t0, const NhwcTile& t,
                                               const ChannelParams& cp, const float (&sums)[2][NJ_VEC]) {
-  const int row = threadIdx.x / NJ_GROUP;
+  const int row = thread_row(u);
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i) {
-    const idx_t s = t0 + row + (idx_t)i * NJ_ROWS;
+    const idx_t s = t0 + row + (idx_t)i * tile_rows(u);
     if (u.c_valid && s < u.s_end) {
       const idx_t e = elem_at(p, u, s);
       vec_t dx;
@@ -486,7 +585,6 @@ extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
 normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
   __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
   __shared__ bool last_flag;
-  const int row = threadIdx.x / NJ_GROUP;
   const idx_t rounds = tile_rounds(p);
   NhwcRing ring;  // empty: the backward loads its tiles into registers (nhwc_ring.cuh says why)
 
@@ -497,8 +595,8 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     load_affine(p, u, cp);
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) {
-      cp.mean[j] = u.c_valid ? p.save_mean[u.n * p.C + u.c0 + j] : 0.f;
-      cp.rstd[j] = u.c_valid ? p.save_rstd[u.n * p.C + u.c0 + j] : 0.f;
+      cp.mean[j] = u.c_valid ? p.save_mean[u.n * p.C + slot_channel(p, u, j)] : 0.f;
+      cp.rstd[j] = u.c_valid ? p.save_rstd[u.n * p.C + slot_channel(p, u, j)] : 0.f;
     }
     float sums[2][NJ_VEC];
 #pragma unroll
@@ -510,27 +608,32 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #else
     nhwc_stream(p, ring, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_accumulate(p, u, t0, t, cp, sums); });
 #endif
-    column_sum<2>(sums, smem);
+    column_sum<2>(u, sums, smem);
     if (p.chunks > 1 && u.active) {
       tile_exchange_arrive(p, u, inst, sums[0], sums[1]);
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) sums[0][j] = 0.f, sums[1][j] = 0.f;
-      const int lane = threadIdx.x % NJ_GROUP;
-      for (int k = row; k < p.chunks; k += NJ_ROWS) {
-        const float* part = p.partials + ((inst * p.chunks + k) * NJ_TC + lane * NJ_VEC) * 2;
+      const int lane = thread_lane(u);
+      for (int k = thread_row(u); k < p.chunks; k += tile_rows(u)) {
+        const float* part = p.partials + ((inst * p.chunks + k) * tile_width(u) + lane * NJ_VEC) * 2;
 #pragma unroll
         for (int j = 0; j < NJ_VEC; ++j) sums[0][j] += __ldcg(part + 2 * j), sums[1][j] += __ldcg(part + 2 * j + 1);
       }
-      column_sum<2>(sums, smem);
+      column_sum<2>(u, sums, smem);
       exchange_depart(p.counters, inst, p.chunks);
     }
+#if NJ_FLAT
+    fold_slots<false>(p, u, 0.f, smem, sums[0], sums[1]);  // slot sums -> channel sums
+#endif
 #if NJ_AFFINE
-    if (u.c_valid && u.chunk == 0 && row == 0 && (p.dweight || p.dbias)) {
+    if (u.chunk == 0 && thread_row(u) == 0 && (p.dweight || p.dbias)) {
 #pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) {
-        p.scratch[2 * (u.n * p.C + u.c0 + j)] = sums[0][j];
-        p.scratch[2 * (u.n * p.C + u.c0 + j) + 1] = sums[1][j];
-      }
+      for (int j = 0; j < NJ_VEC; ++j)
+        if (writes_channel(p, u, j)) {
+          const idx_t instance = u.n * p.C + slot_channel(p, u, j);
+          p.scratch[2 * instance] = sums[0][j];
+          p.scratch[2 * instance + 1] = sums[1][j];
+        }
     }
 #endif
 #if NJ_CACHED

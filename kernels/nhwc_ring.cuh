@@ -63,11 +63,10 @@ __device__ __forceinline__ void nhwc_ring_advance(const NjParams& p, NhwcRing& r
 // or past the sequence) and commits one cp.async group: always exactly one, so wait_group
 // counts tiles.
 __device__ __forceinline__ void nhwc_ring_produce(const NjParams& p, NhwcRing& r, int stage) {
-  const int row = threadIdx.x / NJ_GROUP;
   const idx_t t0 = r.done ? 0 : nhwc_tile_begin(p, r.u, r.k, r.tiles, r.pass == 1);
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i) {
-    const idx_t s = t0 + row + (idx_t)i * NJ_ROWS;
+    const idx_t s = t0 + thread_row(r.u) + (idx_t)i * tile_rows(r.u);
     const bool valid = !r.done && r.u.c_valid && s < r.u.s_end;
     const idx_t e = valid ? elem_at(p, r.u, s) : 0;
     nj_cp_async16(nj_smem_address(nj_ring) + slot_offset(stage, 0, i), reinterpret_cast<const data_t*>(p.x) + e,

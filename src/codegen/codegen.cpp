@@ -78,6 +78,7 @@ KernelSource generate(const FusionKey& f, const KernelConfig& c) {
   def("NJ_INDEX64", c.index64);
   def("NJ_STAGES", c.stages);
   def("NJ_RESIDENT", c.resident);
+  def("NJ_FLAT", c.flat);
   s << expand_template(file);
   k.source = s.str();
   return k;

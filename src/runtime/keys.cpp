@@ -65,7 +65,7 @@ FusionKey make_fusion(Direction d, DType dtype, DType wdtype, Layout layout, boo
 }
 
 KernelConfig make_config(int threads, int group, int items, int vec, int min_blocks, bool cached, bool index64,
-                         int stages, bool resident) {
+                         int stages, bool resident, bool flat) {
   KernelConfig c = zeroed<KernelConfig>();
   c.threads = static_cast<uint16_t>(threads);
   c.group = static_cast<uint16_t>(group);
@@ -76,6 +76,7 @@ KernelConfig make_config(int threads, int group, int items, int vec, int min_blo
   c.index64 = index64;
   c.stages = static_cast<uint8_t>(stages);
   c.resident = resident;
+  c.flat = flat;
   return c;
 }
 
@@ -96,6 +97,7 @@ std::string describe(const KernelConfig& c) {
   s << "threads=" << c.threads << " group=" << c.group << " items=" << int(c.items) << " vec=" << int(c.vec)
     << " min_blocks=" << int(c.min_blocks) << " cached=" << int(c.cached) << " index=" << (c.index64 ? 64 : 32);
   if (c.stages) s << (c.resident ? " resident slots=" : " stages=") << int(c.stages);
+  if (c.flat) s << " flat";
   return s.str();
 }
 
@@ -108,7 +110,12 @@ std::string kernel_name(const FusionKey& f, const KernelConfig& c) {
   if (f.running) s << "_run";
   if (f.save) s << "_save";
   if (f.activation != Activation::identity) s << "_" << activation_name(f.activation);
-  s << "_t" << c.threads << "g" << c.group << "i" << int(c.items) << "v" << int(c.vec) << "b" << int(c.min_blocks)
+  s << "_t" << c.threads << "g";
+  if (c.flat)
+    s << "f";  // lanes are a run-time value
+  else
+    s << c.group;
+  s << "i" << int(c.items) << "v" << int(c.vec) << "b" << int(c.min_blocks)
     << (c.cached ? "c" : "s") << (c.index64 ? "64" : "32");
   if (c.stages) s << (c.resident ? "p" : "r") << int(c.stages);
   return s.str();
@@ -130,6 +137,7 @@ std::string config_diff(const KernelConfig& a, const KernelConfig& b) {
   field("index64", a.index64, b.index64);
   field("stages", a.stages, b.stages);
   field("resident", a.resident, b.resident);
+  field("flat", a.flat, b.flat);
   return s.str();
 }
 

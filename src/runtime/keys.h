@@ -44,7 +44,9 @@ struct KernelConfig {
   uint8_t stages;       // streamed tiles in flight through a shared-memory ring (0 = loads to registers),
                         // or with `resident` the pipeline's chunk slots
   bool resident;        // resident split: chunks held in shared memory, pipelined (resident_split.cuh)
-  uint8_t pad[5];
+  bool flat;            // channels-last with C not a multiple of vec: 16-byte vectors over super-rows of
+                        // lcm(C, vec) elements, lanes a run-time value (group 0; instance_norm_nhwc.cuh)
+  uint8_t pad[4];
 };
 static_assert(sizeof(KernelConfig) == 16);
 
@@ -79,7 +81,7 @@ template <typename T> struct BytesEqual {
 FusionKey make_fusion(Direction d, DType dtype, DType wdtype, Layout layout, bool train, bool affine, bool residual,
                       bool running, bool save, Activation act);
 KernelConfig make_config(int threads, int group, int items, int vec, int min_blocks, bool cached, bool index64,
-                         int stages = 0, bool resident = false);
+                         int stages = 0, bool resident = false, bool flat = false);
 
 // Human-readable forms, for logs, explain and error messages.
 std::string describe(const FusionKey& f);

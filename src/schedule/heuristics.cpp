@@ -332,6 +332,42 @@ int nhwc_lanes(int64_t C, int vec) {
   return lanes;
 }
 
+// How the channels-last kernels cover a sample: rows of memory, each `lanes` vectors wide.
+// Flat (C not a multiple of the 16-byte vector): a sample's spatial * C elements are read as
+// super-rows of lcm(C, vec) elements with 16-byte vectors (instance_norm_nhwc.cuh); measured on
+// the H200, the narrow vectors of C = 30 (4 bytes) and C = 20 (8 bytes) ran at 28-29 % of copy
+// bandwidth, slower than torch.compile's forward. Only where every slot gets the same count
+// (positions per super-row divide spatial), the lanes fit a warp's reach (<= 32) and every sample
+// starts 16-byte aligned.
+struct NhwcGeometry {
+  int vec = 1;          // elements per vector
+  int lanes = 1;        // vectors across a row
+  bool flat = false;
+  int64_t extent = 0;   // rows per sample: positions, or super-rows when flat
+  int64_t tiles = 1;    // channel tiles per sample (1 when flat)
+};
+
+NhwcGeometry nhwc_geometry(const FusionKey& f, const ShapeKey& s) {
+  NhwcGeometry g;
+  g.vec = vector_width(s, f.dtype, f.layout);
+  const int vec16 = 16 / dtype_size(f.dtype);
+  if (g.vec < vec16 && s.C % vec16 != 0 && s.align_bytes >= 16 && s.stride_s == s.C && s.stride_n % vec16 == 0) {
+    const int64_t gcd = std::min<int64_t>(s.C & -s.C, vec16);  // vec16 is a power of two
+    const int64_t lanes = s.C / gcd, positions = vec16 / gcd;
+    if (lanes <= 32 && s.spatial % positions == 0) {
+      g.vec = vec16;
+      g.lanes = int(lanes);
+      g.flat = true;
+      g.extent = s.spatial / positions;
+      return g;
+    }
+  }
+  g.lanes = nhwc_lanes(s.C, g.vec);
+  g.extent = s.spatial;
+  g.tiles = ceil_div(s.C, int64_t(g.lanes) * g.vec);
+  return g;
+}
+
 constexpr int kNhwcThreads[] = {64, 256};
 constexpr int kNhwcSplitThreads = 256;
 // The NHWC kernels keep per-channel mean/rstd/weight/bias for their vector: ~96 registers.
@@ -339,26 +375,24 @@ int nhwc_min_blocks(int threads, const DeviceProfile& dev) {
   return std::max(1, std::min(dev.regs_per_sm / (threads * 128), dev.max_threads_per_sm / threads));
 }
 
-// (n, channel tile) pairs: the channels-last "instances" of the exchange.
-int64_t nhwc_instances(const FusionKey& f, const ShapeKey& s) {
-  const int vec = vector_width(s, f.dtype, f.layout);
-  return s.N * ceil_div(s.C, int64_t(nhwc_lanes(s.C, vec)) * vec);
+KernelConfig nhwc_config(const NhwcGeometry& g, int threads, int items, int min_blocks, bool cached, bool index64,
+                         int stages) {
+  return make_config(threads, g.flat ? 0 : g.lanes, items, g.vec, min_blocks, cached, index64, stages, false, g.flat);
 }
 
 // A CTA of `threads` per (n, channel tile) holding all positions in registers; threads == 0 when
 // they do not fit.
 Launch nhwc_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy, int threads) {
   Launch l;
-  const int vec = vector_width(s, f.dtype, f.layout);
-  const int lanes = nhwc_lanes(s.C, vec);
-  const int rows = threads / lanes;
-  const int items = policy == Policy::bounded ? kBoundedItems : items_for(policy, s.spatial, rows);
-  if (int64_t(rows) * items < s.spatial) return l;
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int rows = threads / g.lanes;
+  const int items = policy == Policy::bounded ? kBoundedItems : items_for(policy, g.extent, rows);
+  if (int64_t(rows) * items < g.extent) return l;
   const int mb = nhwc_min_blocks(threads, dev);
-  l.config = make_config(threads, lanes, items, vec, mb, true, needs_index64(s));
+  l.config = nhwc_config(g, threads, items, mb, true, needs_index64(s), 0);
   l.chunks = 1;
-  l.chunk_vectors = s.spatial;
-  l.grid = nhwc_instances(f, s);
+  l.chunk_vectors = g.extent;
+  l.grid = s.N * g.tiles;
   l.tier = threads == 64 ? "channels-last small (CTA of 64)" : "channels-last medium (CTA of 256)";
   return l;
 }
@@ -367,18 +401,17 @@ Launch nhwc_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev
 Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, bool cached, int64_t chunks,
                   const char* tier) {
   Launch l;
-  const int vec = vector_width(s, f.dtype, f.layout);
-  const int lanes = nhwc_lanes(s.C, vec);
-  const int64_t insts = nhwc_instances(f, s);
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int64_t insts = s.N * g.tiles;
   const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
   const int64_t resident = int64_t(dev.sms) * mb;
-  l.config = make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, cached, needs_index64(s),
-                         cached ? 0 : ring_stages(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev));
-  l.chunk_vectors = ceil_div(s.spatial, std::max<int64_t>(1, chunks));
-  l.chunks = int(ceil_div(s.spatial, l.chunk_vectors));
+  l.config = nhwc_config(g, kNhwcSplitThreads, kBoundedItems, mb, cached, needs_index64(s),
+                         cached ? 0 : ring_stages(f, kNhwcSplitThreads, kBoundedItems, g.vec, mb, dev));
+  l.chunk_vectors = ceil_div(g.extent, std::max<int64_t>(1, chunks));
+  l.chunks = int(ceil_div(g.extent, l.chunk_vectors));
   l.cooperative = f.train && l.chunks > 1;
   l.grid = l.cooperative ? std::min(resident / l.chunks, insts) * l.chunks : insts * l.chunks;
-  l.partials = l.cooperative ? insts * l.chunks * int64_t(lanes) * vec * 2 : 0;
+  l.partials = l.cooperative ? insts * l.chunks * int64_t(g.lanes) * g.vec * 2 : 0;
   l.tier = tier;
   return l;
 }
@@ -386,15 +419,14 @@ Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& de
 // Streamed chunks sized so one round's reads fit in `budget_bytes` of L2 (see ncdhw_streamed_chunks);
 // at most one round of (n, channel tile) pairs.
 int64_t nhwc_streamed_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t budget_bytes) {
-  const int vec = vector_width(s, f.dtype, f.layout);
-  const int lanes = nhwc_lanes(s.C, vec);
-  const int rows = kNhwcSplitThreads / lanes;
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int rows = kNhwcSplitThreads / g.lanes;
   const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
-  const int64_t row_bytes = int64_t(lanes) * vec * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
+  const int64_t row_bytes =
+      int64_t(g.lanes) * g.vec * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
   const int64_t tile_rows = int64_t(rows) * kBoundedItems;
   const int64_t budget_rows = std::max<int64_t>(tile_rows, budget_bytes / resident / row_bytes / tile_rows * tile_rows);
-  return std::clamp<int64_t>(ceil_div(s.spatial, budget_rows), 1,
-                             std::max<int64_t>(1, resident / nhwc_instances(f, s)));
+  return std::clamp<int64_t>(ceil_div(g.extent, budget_rows), 1, std::max<int64_t>(1, resident / (s.N * g.tiles)));
 }
 
 Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
@@ -402,11 +434,11 @@ Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
     const Launch l = nhwc_tier(f, s, dev, policy, threads);
     if (l.config.threads != 0) return l;
   }
-  const int vec = vector_width(s, f.dtype, f.layout);
-  const int rows = kNhwcSplitThreads / nhwc_lanes(s.C, vec);
-  const int64_t insts = nhwc_instances(f, s);
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int rows = kNhwcSplitThreads / g.lanes;
+  const int64_t insts = s.N * g.tiles;
   const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
-  const int64_t k_cached = ceil_div(s.spatial, int64_t(rows) * kBoundedItems);
+  const int64_t k_cached = ceil_div(g.extent, int64_t(rows) * kBoundedItems);
   if (!f.train)
     return nhwc_split(f, s, dev, false, std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / insts)),
                       "channels-last split (elementwise)");
@@ -454,7 +486,7 @@ constexpr size_t kMaxCandidates = 6;
 // parameters, a cooperative grid fits the co-resident CTAs its config guarantees, the chunks of an
 // instance share a round, and the chunks cover the instance (none empty).
 bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const DeviceProfile& dev) {
-  const int64_t extent = f.layout == Layout::ncdhw ? s.spatial / l.config.vec : s.spatial;
+  const int64_t extent = f.layout == Layout::ncdhw ? s.spatial / l.config.vec : nhwc_geometry(f, s).extent;
   const int64_t cv = l.chunk_vectors;
   if (l.config.threads == 0 || l.grid < 1 || l.grid > 0x7fffffff || l.chunks < 1 || cv < 1 || cv > 0x7fffffff)
     return false;
@@ -545,11 +577,11 @@ void nhwc_candidates(CandidateList& c, Policy policy) {
   const FusionKey& f = c.f;
   const ShapeKey& s = c.s;
   const DeviceProfile& dev = c.dev;
-  const int vec = vector_width(s, f.dtype, f.layout);
-  const int rows = kNhwcSplitThreads / nhwc_lanes(s.C, vec);
-  const int64_t insts = nhwc_instances(f, s);
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int rows = kNhwcSplitThreads / g.lanes;
+  const int64_t insts = s.N * g.tiles;
   const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
-  const int64_t k_cached = ceil_div(s.spatial, int64_t(rows) * kBoundedItems);
+  const int64_t k_cached = ceil_div(g.extent, int64_t(rows) * kBoundedItems);
 
   bool fits_a_tier = false;
   for (int threads : kNhwcThreads) {  // the default's tier (a repeat) and the larger one
@@ -559,8 +591,8 @@ void nhwc_candidates(CandidateList& c, Policy policy) {
     c.add(l);
   }
   if (f.train) {
-    for (int64_t k : {std::max<int64_t>(2, k_cached), parallel_chunks(insts, s.spatial, rows, 2, dev)})
-      if (k >= k_cached && k <= resident && s.spatial >= 2 * int64_t(rows))
+    for (int64_t k : {std::max<int64_t>(2, k_cached), parallel_chunks(insts, g.extent, rows, 2, dev)})
+      if (k >= k_cached && k <= resident && g.extent >= 2 * int64_t(rows))
         c.add(nhwc_split(f, s, dev, true, k, "channels-last split, cached in registers"));
     if (!fits_a_tier) {
       for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
@@ -569,11 +601,11 @@ void nhwc_candidates(CandidateList& c, Policy policy) {
       if (insts >= resident)
         c.add(nhwc_split(f, s, dev, false, 1, "channels-last split, streamed twice (CTA per tile)"));
     }
-  } else if (s.spatial >= 2 * int64_t(rows)) {
+  } else if (g.extent >= 2 * int64_t(rows)) {
     // Eval: as in ncdhw_candidates.
     c.add(nhwc_split(f, s, dev, false, std::min(k_cached, std::max<int64_t>(1, resident / insts)),
                      "channels-last split (elementwise)"));
-    c.add(nhwc_split(f, s, dev, false, std::min(s.spatial / rows, std::max<int64_t>(1, 16 * resident / insts)),
+    c.add(nhwc_split(f, s, dev, false, std::min(g.extent / rows, std::max<int64_t>(1, 16 * resident / insts)),
                      "channels-last split (elementwise)"));
   }
 }
@@ -627,6 +659,20 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
           out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, idx64,
                                     ring_stages(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev)));
         }
+    // Flat (16-byte vectors, lanes at run time): the same tiers and splits, one config each.
+    NhwcGeometry flat;
+    flat.vec = 16 / es;
+    flat.flat = true;
+    for (bool idx64 : {false, true}) {
+      for (int threads : kNhwcThreads)
+        for (int items = 1; items <= 8; items *= 2)
+          if (policy == Policy::exact || items == kBoundedItems)
+            out.push_back(nhwc_config(flat, threads, items, nhwc_min_blocks(threads, dev), true, idx64, 0));
+      const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
+      if (f.train) out.push_back(nhwc_config(flat, kNhwcSplitThreads, kBoundedItems, mb, true, idx64, 0));
+      out.push_back(nhwc_config(flat, kNhwcSplitThreads, kBoundedItems, mb, false, idx64,
+                                ring_stages(f, kNhwcSplitThreads, kBoundedItems, flat.vec, mb, dev)));
+    }
   } else {
   for (int vec = 16 / es; vec >= 1; vec /= 2) {
     for (bool idx64 : {false, true}) {

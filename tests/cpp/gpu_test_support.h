@@ -141,8 +141,13 @@ inline std::vector<unsigned char> check_case(const Case& c, uint32_t seed = 1) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   HostTensor x(c.dtype, total), dy(c.dtype, total), res(c.dtype, total);
+  // Each channel its own mean and scale, so that statistics landing on the wrong channel (the
+  // channels-last kernels map lanes and slots to channels) fail the per-channel checks.
+  for (int64_t n = 0; n < L.N; ++n)
+    for (int64_t ch = 0; ch < L.C; ++ch)
+      for (int64_t s = 0; s < L.S; ++s)
+        x.set(size_t(L.at(n, ch, s)), c.offset + normal(rng) * (1.5f + 0.25f * float(ch % 5)) + 0.5f + 0.1f * float(ch % 11));
   for (size_t i = 0; i < total; ++i) {
-    x.set(i, c.offset + normal(rng) * 2.f + 0.5f);
     dy.set(i, normal(rng));
     res.set(i, normal(rng));
   }

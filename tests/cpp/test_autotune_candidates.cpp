@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -45,7 +46,15 @@ std::string problem(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
     return "config not enumerated: " + describe(l.config);
   if (l.grid < 1 || l.grid > 0x7fffffff) return "grid " + std::to_string(l.grid);
   if (l.chunks < 1) return "chunks " + std::to_string(l.chunks);
-  const int64_t extent = f.layout == Layout::ncdhw ? s.spatial / l.config.vec : s.spatial;
+  // Flat channels-last configs walk super-rows of lcm(C, vec) elements: C / gcd lanes wide, each
+  // vec / gcd positions.
+  const int64_t gcd = std::gcd<int64_t>(s.C, l.config.vec);
+  const int64_t lanes = l.config.flat ? s.C / gcd : l.config.group;
+  if (l.config.flat && (lanes > 32 || s.spatial % (l.config.vec / gcd) != 0 || s.C % l.config.vec == 0))
+    return "flat where the super-rows do not apply";
+  const int64_t extent = f.layout == Layout::ncdhw ? s.spatial / l.config.vec
+                         : l.config.flat           ? s.spatial / (l.config.vec / gcd)
+                                                   : s.spatial;
   if (int64_t(l.chunks) * l.chunk_vectors < extent) return "chunks do not cover the instance";
   if (int64_t(l.chunks - 1) * l.chunk_vectors >= extent) return "an empty chunk";
   if (l.chunk_vectors > 0x7fffffff) return "chunk_vectors overflows int";
@@ -64,7 +73,7 @@ std::string problem(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
     if (!l.cooperative || l.config.cached || !f.train) return "resident split without co-residency or training";
   }
   if (l.config.cached && f.train) {
-    const int64_t rows = f.layout == Layout::ncdhw ? l.config.group : l.config.threads / l.config.group;
+    const int64_t rows = f.layout == Layout::ncdhw ? l.config.group : l.config.threads / lanes;
     if (l.chunk_vectors > rows * l.config.items) return "register-held chunk larger than the tile";
   }
   return "";
@@ -102,6 +111,8 @@ TEST(AutotuneCandidates, RepresentativeShapesGiveValidAlternatives) {
       {2, 320, 4 * 4 * 4, 3},                                  // many tiny instances: larger tiers
       {1, 2, 32 * 32 * 32, 3},                                 // few medium instances: splits fill the SMs
       {2, 32, 80 * 192 * 160, 3},  {2, 32, 16 * 16 * 16, 3},
+      // C not a multiple of 8: channels-last takes the flat super-rows (positions 4, 2 and 8 per row)
+      {2, 30, 128 * 128 * 128, 3}, {2, 20, 64 * 64 * 64, 3},  {1, 3, 24 * 24 * 24, 3},
   };
   for (Layout layout : {Layout::ncdhw, Layout::ndhwc})
     for (Direction d : {Direction::forward, Direction::backward})

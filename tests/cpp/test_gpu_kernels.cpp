@@ -19,15 +19,15 @@ using namespace normjit_test;
 
 class GpuKernels : public ::testing::TestWithParam<Case> {};
 
-// NORMJIT_SPLIT=resident for one test: the resident split for the backward too (the default takes
-// it for the forward only). Plans made before or after keep their own choice: the L1 cache is
-// cleared on both ends.
-struct ResidentSplitForBothDirections {
-  ResidentSplitForBothDirections() {
-    setenv("NORMJIT_SPLIT", "resident", 1);
+// NORMJIT_SPLIT=mode for one test, e.g. "resident": the resident split for the backward too (the
+// default takes it for the forward only). Plans made before or after keep their own choice: the
+// L1 cache is cleared on both ends.
+struct SplitModeForBothDirections {
+  explicit SplitModeForBothDirections(const char* mode) {
+    setenv("NORMJIT_SPLIT", mode, 1);
     normjit::clear_memory_caches();
   }
-  ~ResidentSplitForBothDirections() {
+  ~SplitModeForBothDirections() {
     unsetenv("NORMJIT_SPLIT");
     normjit::clear_memory_caches();
   }
@@ -57,8 +57,8 @@ std::vector<Case> cases() {
   out.push_back({{1, 2, 128, 128, 128}, DType::f16, false});      // split, cached
   out.push_back({{1, 1, 256, 256, 256}, DType::f32, false});      // split, streamed twice
   out.push_back({{1, 32, 64, 64, 64}, DType::f16, true});         // channels-last split
-  out.push_back({{1, 30, 48, 48, 48}, DType::f16, true});         // channels-last split, 4-byte vectors
-  out.push_back({{1, 20, 40, 48, 37}, DType::f16, true, true, normjit::Activation::leaky_relu, true});  // 8-byte
+  out.push_back({{1, 30, 48, 48, 48}, DType::f16, true});         // channels-last flat super-rows (C = 30)
+  out.push_back({{1, 20, 40, 48, 37}, DType::f16, true, true, normjit::Activation::leaky_relu, true});  // C = 20
   out.push_back({{2, 320, 4, 4, 4}, DType::f16, false});          // nnU-Net deep stage
   out.push_back({{2, 320, 4, 4, 4}, DType::f16, true});
   // Backward walking channel by channel (dweight/dbias summed in the CTA): N = 4, 8 per CTA.
@@ -114,7 +114,7 @@ bool uses_resident(const Case& c, bool forward, const normjit::DeviceProfile& de
 // in the slots, mean >> std, and bf16/fp32.
 TEST(GpuKernelsResident, EdgeShapesMatchDoubleReference) {
   REQUIRE_GPU();
-  const ResidentSplitForBothDirections resident;
+  const SplitModeForBothDirections resident("resident");
   using A = normjit::Activation;
   const normjit::DeviceProfile dev = normjit::live_profile(0);
   const int64_t slot_vectors = 512 * 7;  // fp16 forward: 7 vectors per thread (H200, H100)
@@ -165,11 +165,57 @@ TEST(GpuKernelsChannelsLastRing, EdgeShapesMatchDoubleReference) {
   }
 }
 
+// Channels-last with C not a multiple of the 16-byte vector: the flat super-rows of lcm(C, vec)
+// elements (instance_norm_nhwc.cuh) where positions per super-row divide the volume and the lanes
+// fit 32, else the narrow vectors. Covers 3, 8 and 15 lanes (spare threads in the CTA), 2, 4 and 8
+// positions per super-row, each tier (CTA of 64, register-held split, streamed split through the
+// ring with chunks that are not whole tiles), fp32 with mean >> std, bf16, a residual with
+// leaky_relu, and the fallbacks (an odd volume; 125 lanes).
+TEST(GpuKernelsChannelsLastFlat, EdgeShapesMatchDoubleReference) {
+  REQUIRE_GPU();
+  using A = normjit::Activation;
+  const normjit::DeviceProfile dev = normjit::live_profile(0);
+  struct FlatCase {
+    Case c;
+    bool flat;
+  };
+  const std::vector<FlatCase> cases = {
+      {{{2, 30, 4, 4, 4}, DType::f16, true}, true},                             // 15 lanes, CTA of 64
+      {{{2, 12, 8, 8, 8}, DType::f16, true, false}, true},                      // CTA of 256, no affine
+      {{{4, 12, 16, 16, 16}, DType::f16, true, true, A::silu, false}, true},    // 3 lanes, 2 positions
+      {{{2, 3, 24, 24, 24}, DType::f16, true}, true},                           // 3 lanes, 8 positions
+      {{{2, 60, 20, 20, 20}, DType::bf16, true, true, A::leaky_relu, true}, true},
+      {{{1, 6, 64, 64, 64}, DType::f32, true, true, A::identity, false, 1000.f}, true},  // fp32: 4-wide
+      {{{1, 30, 96, 96, 96}, DType::f16, true}, true},                          // streamed, ring
+      {{{1, 20, 96, 96, 90}, DType::f16, true, true, A::leaky_relu, true}, true},
+      {{{2, 30, 5, 7, 11}, DType::f16, true}, false},                           // 385 positions: odd
+      {{{2, 250, 8, 8, 8}, DType::f16, true}, false},                           // 125 lanes
+  };
+  for (const FlatCase& k : cases) {
+    SCOPED_TRACE(::testing::PrintToString(k.c));
+    for (bool forward : {true, false}) {
+      const normjit::Launch l = default_launch(k.c, forward, dev);
+      EXPECT_EQ(l.config.flat, k.flat) << (forward ? "forward: " : "backward: ") << l.tier;
+      if (k.flat) EXPECT_EQ(int(l.config.vec) * normjit::dtype_size(k.c.dtype), 16);
+    }
+    check_case(k.c);
+  }
+  // The split held in registers (autotune's candidate; NORMJIT_SPLIT=registers by default).
+  const SplitModeForBothDirections registers("registers");
+  for (const Case& c : {Case{{2, 30, 32, 32, 32}, DType::f16, true, true, A::leaky_relu, true},
+                        Case{{1, 3, 40, 40, 40}, DType::bf16, true}}) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    const normjit::Launch l = default_launch(c, true, dev);
+    EXPECT_TRUE(l.config.flat && l.config.cached && l.chunks > 1) << l.tier;
+    check_case(c);
+  }
+}
+
 // The tag of the resident split's exchange wraps after 2^32 - 1 launches on one stream: the last
 // CTA then clears the exchange words. Forced here by setting the generation just below the wrap.
 TEST(GpuKernelsResident, TagWrapClearsTheExchange) {
   REQUIRE_GPU();
-  const ResidentSplitForBothDirections resident;
+  const SplitModeForBothDirections resident("resident");
   const Case c{{2, 16, 64, 64, 64}, DType::f16, false};  // forward and backward both resident
   check_case(c);
   const normjit::Workspace w = normjit::get_workspace(0, nullptr, 0, 0, 0, 1);  // the default stream's
@@ -246,7 +292,8 @@ TEST_P(GpuKernelsEval, RunningStatsUpdateAndEvalMode) {
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuKernelsEval,
                          ::testing::Values(Case{{3, 4, 9, 10, 11}},          // one CTA per instance
                                            Case{{2, 3, 40, 40, 40}},         // the resident split
-                                           Case{{2, 32, 40, 40, 40}, DType::f32, true}),  // channels-last ring
+                                           Case{{2, 32, 40, 40, 40}, DType::f32, true},   // channels-last ring
+                                           Case{{2, 30, 40, 40, 40}, DType::f32, true}),  // flat super-rows
                          case_name);
 
 TEST(GpuKernelsErrors, BadInputThrowsBeforeLaunch) {

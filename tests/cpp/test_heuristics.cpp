@@ -126,6 +126,49 @@ TEST(Heuristics, PaddedBatchStrideNarrowsVector) {
   EXPECT_EQ(vector_width(k.shape, DType::f16, Layout::ncdhw), 1);
 }
 
+// Channels-last with C not a multiple of the 16-byte vector: flat super-rows of lcm(C, vec)
+// elements with 16-byte vectors where they apply, else the narrow vectors.
+TEST(Heuristics, ChannelsLastOddChannelsReadFlatSuperRows) {
+  struct Row {
+    Shape shape;
+    DType dtype;
+    int align;
+    bool flat;
+    int64_t extent;  // rows a sample's chunks cover: super-rows when flat, else positions
+  };
+  const int64_t v = 128 * 128 * 128;
+  const Row rows[] = {
+      {{2, 30, 128, 128, 128}, DType::f16, 256, true, v / 4},  // lcm 120: 15 lanes, 4 positions
+      {{2, 20, 128, 128, 128}, DType::f16, 256, true, v / 2},  // lcm 40: 5 lanes, 2 positions
+      {{2, 3, 64, 64, 64}, DType::f16, 256, true, 64 * 64 * 64 / 8},
+      {{2, 30, 64, 64, 64}, DType::f32, 256, true, 64 * 64 * 64 / 2},  // 4-float vectors: lcm 60
+      {{2, 30, 33, 33, 33}, DType::f16, 256, false, 33 * 33 * 33},     // 4 positions do not divide
+      {{2, 250, 16, 16, 16}, DType::f16, 256, false, 4096},            // 125 lanes: past a warp
+      {{2, 30, 64, 64, 64}, DType::f16, 8, false, 64 * 64 * 64},       // x only 8-byte aligned
+      {{2, 32, 64, 64, 64}, DType::f16, 256, false, 64 * 64 * 64},     // a multiple of 8: tiles
+  };
+  for (const Row& r : rows) {
+    for (bool forward : {true, false}) {
+      const CallKeys k = forward ? forward_keys(fwd_args(r.shape, r.dtype, Layout::ndhwc, r.align))
+                                 : backward_keys(bwd_args(r.shape, r.dtype, Layout::ndhwc, r.align));
+      const Launch l = launch_for(k);
+      SCOPED_TRACE(describe(k.fusion) + " C=" + std::to_string(r.shape[1]) + ": " + describe(l.config));
+      EXPECT_EQ(l.config.flat, r.flat);
+      if (r.flat) {
+        EXPECT_EQ(int(l.config.vec) * dtype_size(r.dtype), 16);
+        EXPECT_EQ(l.config.group, 0) << "flat lanes are a run-time value";
+        EXPECT_NE(kernel_name(k.fusion, l.config).find("gf"), std::string::npos);
+      }
+      EXPECT_GE(int64_t(l.chunks) * l.chunk_vectors, r.extent);
+      EXPECT_LT(int64_t(l.chunks - 1) * l.chunk_vectors, r.extent);
+    }
+  }
+  // A padded batch stride that leaves samples 16-byte misaligned keeps the narrow vectors.
+  ForwardArgs a = fwd_args({2, 30, 16, 16, 16}, DType::f16, Layout::ndhwc);
+  a.x.strides[0] = a.y.strides[0] = 30 * 4096 + 2;
+  EXPECT_FALSE(launch_for(forward_keys(a)).config.flat);
+}
+
 // ---------------------------------------------------------------------------- index width
 TEST(Heuristics, Index64PastTwoToThe31Elements) {
   // 2^31 - 2^20 elements: 32-bit offsets suffice; 2^31 + 2^20: they do not.
@@ -520,11 +563,13 @@ TEST(Heuristics, BoundedSetSizes) {
       {Direction::forward, Layout::ncdhw, DType::f16, false, 56},
       {Direction::backward, Layout::ncdhw, DType::f16, true, 58},
       {Direction::backward, Layout::ncdhw, DType::f32, true, 44},
-      {Direction::forward, Layout::ndhwc, DType::f16, true, 108},
-      {Direction::forward, Layout::ndhwc, DType::f32, true, 84},
-      {Direction::forward, Layout::ndhwc, DType::f16, false, 108},
-      {Direction::backward, Layout::ndhwc, DType::f16, true, 108},
-      {Direction::backward, Layout::ndhwc, DType::f32, true, 84},
+      // Channels-last: 16 lane/vector classes x (2 tiers + 2 splits) x 2 index widths, + the flat
+      // super-row configs (lanes at run time: 3 per index width).
+      {Direction::forward, Layout::ndhwc, DType::f16, true, 114},
+      {Direction::forward, Layout::ndhwc, DType::f32, true, 90},
+      {Direction::forward, Layout::ndhwc, DType::f16, false, 114},
+      {Direction::backward, Layout::ndhwc, DType::f16, true, 114},
+      {Direction::backward, Layout::ndhwc, DType::f32, true, 90},
   };
   std::printf("[ bound    ] configs per fusion (bounded / exact):\n");
   for (const Row& row : rows) {

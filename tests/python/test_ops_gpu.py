@@ -144,7 +144,7 @@ def test_nan_propagates_to_its_instance_only(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("channels_last", [False, True])
-@pytest.mark.parametrize("shape", [(2, 4, 8, 9, 10), (1, 3, 5, 7, 11), (3, 5, 40), (2, 3, 17, 19)])
+@pytest.mark.parametrize("shape", [(2, 4, 8, 9, 10), (1, 3, 5, 7, 11), (3, 5, 40), (2, 3, 17, 19), (2, 30, 12, 16, 16)])
 def test_gradients_vs_torch(dtype, channels_last, shape):
     if channels_last and len(shape) == 3:
         pytest.skip("no channels-last format for 3-d tensors")
@@ -420,4 +420,32 @@ def test_resident_split_past_2_pow_31_elements_fp16():
         torch.testing.assert_close(y[n:n + 1].float(), yr.float(), rtol=1e-2, atol=2e-2)
         torch.testing.assert_close(dx[n:n + 1].float(), dxr.float(), rtol=1e-2, atol=2e-2)
     del x, y, dy, dx
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.huge
+def test_channels_last_flat_past_2_pow_31_elements_fp16():
+    # Channels-last with C = 30 (the flat super-rows of lcm(30, 8) = 120 elements) and element
+    # offsets past 2^31: the second sample ends past it. Forward and backward against float64.
+    shape = (2, 30, 336, 336, 320)
+    numel = 2 * 30 * 336 * 336 * 320
+    assert numel > 2 ** 31
+    free, _ = torch.cuda.mem_get_info()
+    if free < 80 * 2 ** 30:  # 5 fp16 tensors of 4.3 GB, then ~6 float64 ones of a sample (8.7 GB)
+        pytest.skip(f"needs 80 GiB of free GPU memory, {free / 2**30:.0f} free")
+    torch.manual_seed(0)
+    x = torch.empty(shape, device="cuda", dtype=torch.float16).to(memory_format=torch.channels_last_3d)
+    x.normal_(3.0, 2.0)
+    x.requires_grad_()
+    with _no_fallback():
+        y = NF.instance_norm(x)
+        dy = torch.empty_like(y).normal_()
+        (dx,) = torch.autograd.grad(y, x, dy)
+    assert y.is_contiguous(memory_format=torch.channels_last_3d)
+    xr = x[1:2].detach().double().requires_grad_()
+    yr = F.instance_norm(xr)
+    (dxr,) = torch.autograd.grad(yr, xr, dy[1:2].double())
+    torch.testing.assert_close(y[1:2].float(), yr.float(), rtol=1e-2, atol=2e-2)
+    torch.testing.assert_close(dx[1:2].float(), dxr.float(), rtol=1e-2, atol=2e-2)
+    del x, y, dy, dx, xr, yr, dxr
     torch.cuda.empty_cache()
