@@ -275,6 +275,7 @@ __device__ __forceinline__ void group_merge_stats(float n, float mean_t, float m
   m2 = q[0];
 }
 
+#if NJ_GROUP > 0  // (the flat channels-last kernels set their lanes at run time: NJ_GROUP 0)
 // ---------------------------------------------------------------- work decomposition (NCDHW)
 // A unit is one chunk of one instance. The grid's groups walk the units in rounds; every thread
 // runs the same number of rounds (inactive groups carry empty ranges) so that warp shuffles and
@@ -369,6 +370,7 @@ __device__ __forceinline__ void exchange_sum_partials(const NjParams& p, const U
   }
   exchange_warp0_finish(p, u, s0, s1, out);
 }
+#endif  // NJ_GROUP > 0
 
 // ---------------------------------------------------------------- grid-wide finishing steps
 // Both run in the last CTA to finish (see last_cta_arrive), over per-instance values that every
