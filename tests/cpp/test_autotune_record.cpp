@@ -95,6 +95,29 @@ TEST(AutotuneRecord, RoundTripThroughDiskCache) {
   EXPECT_FALSE(autotune::load_choice(nullptr, x.key, x.candidates));
 }
 
+// A flat channels-last choice (C = 30: lanes at run time, group 0) survives the round trip too.
+TEST(AutotuneRecord, FlatChannelsLastChoiceRoundTrips) {
+  const FusionKey f = make_fusion(Direction::forward, DType::f16, DType::f32, Layout::ndhwc, true, true, false, false,
+                                  true, Activation::identity);
+  ShapeKey s = zeroed<ShapeKey>();
+  s.N = 2, s.C = 30, s.spatial = 32 * 32 * 32;  // the streamed default and a register-held split
+  s.stride_c = 1, s.stride_s = 30, s.stride_n = 30 * s.spatial;
+  s.align_bytes = 16;
+  const DeviceProfile dev = builtin_profile("H200");
+  const std::vector<Launch> candidates = candidate_launches(f, s, dev, Policy::bounded);
+  ASSERT_GE(candidates.size(), 2u);
+  const Launch& chosen = candidates.back();
+  ASSERT_TRUE(chosen.config.flat);
+  TempDir dir;
+  compile::DiskCache disk(dir.path());
+  const std::string key = autotune::record_key(f, s, dev, Policy::bounded);
+  ASSERT_TRUE(autotune::store_choice(&disk, key, chosen, autotune::Timing{260.0, 270.0, int(candidates.size())}));
+  const auto loaded = autotune::load_choice(&disk, key, candidates);
+  ASSERT_TRUE(loaded);
+  EXPECT_TRUE(same_launch(*loaded, chosen));
+  EXPECT_NE(autotune::describe_payload(*disk.load(key)).find(" flat"), std::string::npos);
+}
+
 TEST(AutotuneRecord, StaleOrForeignChoiceIsIgnored) {
   Fixture x;
   // A launch the current heuristics do not offer (they changed since the record was written).
