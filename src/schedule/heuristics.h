@@ -6,7 +6,9 @@
 // What selects a kernel config (and therefore a compile) — the rest is a runtime argument:
 //   * the fusion (direction, dtypes, layout, train/eval, affine, residual, running stats, activation)
 //   * the vector width: largest of 16/8/4/2/1 bytes that divides every pointer, the spatial size
-//     and the strides (the "alignment class")
+//     and the strides (the "alignment class"); channels-last with C not a multiple of the 16-byte
+//     vector reads "flat" super-rows of lcm(C, vector) elements with 16 bytes where they apply
+//     (KernelConfig::flat: one kernel per tier for every such C, its lanes a run-time value)
 //   * the size tier: the smallest (threads, group) tier whose register tile holds one instance,
 //     else a split tier (several CTAs per instance, cached in registers when the co-resident CTAs
 //     can hold it, streamed twice otherwise)
