@@ -10,7 +10,8 @@
 # into a scratch folder that PYTHONPATH puts first) and "new" (this tree, installed as usual), then
 # one per extra environment setting in COMPARE_ENVS, e.g.
 #   COMPARE_ENVS="NORMJIT_OUTPUT_ORDER=forward" bench/compare_baseline.sh .baseline --quick
-# runs "new_NORMJIT_OUTPUT_ORDER_forward" too. ROUNDS (default 2) repeats the whole sequence, so
+# runs "new_NORMJIT_OUTPUT_ORDER_forward" too; an entry may set several variables, separated by
+# commas ("NORMJIT_RESIDENT_THREADS=256,NORMJIT_SPLIT=resident"). ROUNDS (default 2) repeats the whole sequence, so
 # that drift of the GPU shows up as disagreement between rounds rather than as a difference.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
@@ -48,5 +49,8 @@ BENCH_ARGS=("$@")
 for round in $(seq 1 "$ROUNDS"); do
   run_variant base "$round" "$TMP/base_site"
   run_variant new "$round" ""
-  for e in ${COMPARE_ENVS:-}; do run_variant "new_${e//[^A-Za-z0-9]/_}" "$round" "" "$e"; done
+  for e in ${COMPARE_ENVS:-}; do
+    IFS=, read -ra settings <<<"$e"
+    run_variant "new_${e//[^A-Za-z0-9]/_}" "$round" "" "${settings[@]}"
+  done
 done
