@@ -13,9 +13,11 @@
 // run of spatial * C elements, read as "super-rows" of L = lcm(C, NJ_VEC) elements (L / C
 // positions each) with 16-byte vectors, so odd channel counts get the loads, the ring and the
 // whole-row coalescing of C = 32 instead of 2- or 4-byte vectors. Lane l always holds the L-slot
-// columns 8l..8l+7 (fp16), whose channels are fixed: (column mod C). The tile, column sums and
-// exchange run unchanged over the L slot columns (one tile per sample, positions become
-// super-rows); fold_slots then adds each channel's L / C slots. Lanes (C / gcd(C, NJ_VEC), at
+// columns 8l..8l+7 (fp16), whose channels are fixed: (column mod C). The tile and column sums
+// run unchanged over the L slot columns (one tile per sample, positions become super-rows);
+// fold_slots then adds each channel's L / C slots, before the exchange, so that a split's chunks
+// publish and read C per-channel partials rather than L slot columns (L / C times fewer: for
+// C = 30, 30 instead of 240 per chunk, read by every CTA of the sample). Lanes (C / gcd(C, NJ_VEC), at
 // most 32) are a run-time value there, and rows * lanes may leave the last threads of the CTA
 // without a column (they load nothing and their column-sum entries are skipped). The host takes
 // it only where L / C divides spatial (every slot then has the same count).
@@ -180,18 +182,31 @@ __device__ __forceinline__ void fold_slots(const NjParams& p, const TileUnit& u,
 #endif
 }
 
-// Publishes this CTA's per-channel partials (K pairs... stored as 2 floats per channel), waits for
-// the chunk's peers. Row-0 threads write; thread 0 signals.
+// The exchange's partials: per chunk, one (a, b) pair per channel of the tile, channels in order
+// (flat: per channel of the sample, after fold_slots made every slot of a channel hold the
+// channel's values). Column j of this thread's vector reads and writes pair exchange_column(j).
+__device__ __forceinline__ int exchange_width(const NjParams& p, const TileUnit& u) {
+  return NJ_FLAT ? (int)p.C : tile_width(u);
+}
+__device__ __forceinline__ int exchange_column(const NjParams& p, const TileUnit& u, int j) {
+  return (int)(slot_channel(p, u, j) - u.tile * tile_width(u));
+}
+__device__ __forceinline__ const float* chunk_partials(const NjParams& p, const TileUnit& u, idx_t inst, idx_t k) {
+  return p.partials + (inst * p.chunks + k) * exchange_width(p, u) * 2;
+}
+
+// Publishes this CTA's per-channel partials (2 floats per channel), waits for the chunk's peers.
+// Row-0 threads write (flat: the first slot of each channel); thread 0 signals.
 __device__ __forceinline__ void tile_exchange_arrive(const NjParams& p, const TileUnit& u, idx_t inst,
                                                      const float (&a)[NJ_VEC], const float (&b)[NJ_VEC]) {
-  const int lane = thread_lane(u), row = thread_row(u);
-  if (row == 0) {
-    float* part = p.partials + ((inst * p.chunks + u.chunk) * tile_width(u) + lane * NJ_VEC) * 2;
+  if (thread_row(u) == 0) {
+    float* part = p.partials + (inst * p.chunks + u.chunk) * exchange_width(p, u) * 2;
 #pragma unroll
-    for (int j = 0; j < NJ_VEC; ++j) {
-      __stcg(part + 2 * j, a[j]);
-      __stcg(part + 2 * j + 1, b[j]);
-    }
+    for (int j = 0; j < NJ_VEC; ++j)
+      if (!NJ_FLAT || writes_channel(p, u, j)) {
+        __stcg(part + 2 * exchange_column(p, u, j), a[j]);
+        __stcg(part + 2 * exchange_column(p, u, j) + 1, b[j]);
+      }
     __threadfence();
   }
   __syncthreads();
@@ -446,31 +461,37 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     count[0] = (float)(u.s_end - u.s_begin);
     nhwc_merge_thread_stats(u, tn, tmean, tm2, count[0], smem, cp.mean, m2);
 #endif
+#if NJ_FLAT
+    // Slot statistics (count[0] rows each) -> channel statistics (P times as many rows).
+    fold_slots<true>(p, u, count[0], smem, cp.mean, m2);
+    count[0] *= (float)nhwc_positions(p);
+#endif
     if (p.chunks > 1 && u.active) {
       // Merge the chunks per channel (mean first, then M2 around it). Rows of the CTA read
-      // different chunks in parallel; column_sum adds them in a fixed order.
+      // different chunks in parallel; column_sum adds them in a fixed order. A chunk's counts are
+      // nk rows of P positions (P = 1 unless flat).
       tile_exchange_arrive(p, u, inst, cp.mean, m2);
-      const int lane = thread_lane(u);
+      const float P = (float)nhwc_positions(p);
       float acc[1][NJ_VEC];
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) acc[0][j] = 0.f;
       for (int k = thread_row(u); k < p.chunks; k += tile_rows(u)) {
-        const float* part = p.partials + ((inst * p.chunks + k) * tile_width(u) + lane * NJ_VEC) * 2;
+        const float* part = chunk_partials(p, u, inst, k);
         const float nk = tile_chunk_count(p, k);
 #pragma unroll
-        for (int j = 0; j < NJ_VEC; ++j) acc[0][j] += nk * __ldcg(part + 2 * j);
+        for (int j = 0; j < NJ_VEC; ++j) acc[0][j] += nk * __ldcg(part + 2 * exchange_column(p, u, j));
       }
       column_sum<1>(u, acc, smem);
-      count[0] = (float)nhwc_extent(p);
+      count[0] = (float)nhwc_extent(p) * P;
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) cp.mean[j] = acc[0][j] * inv_extent(p), acc[0][j] = 0.f;
       for (int k = thread_row(u); k < p.chunks; k += tile_rows(u)) {
-        const float* part = p.partials + ((inst * p.chunks + k) * tile_width(u) + lane * NJ_VEC) * 2;
-        const float nk = tile_chunk_count(p, k);
+        const float* part = chunk_partials(p, u, inst, k);
+        const float nk = tile_chunk_count(p, k) * P;
 #pragma unroll
         for (int j = 0; j < NJ_VEC; ++j) {
-          const float d = __ldcg(part + 2 * j) - cp.mean[j];
-          acc[0][j] += __ldcg(part + 2 * j + 1) + nk * d * d;
+          const float d = __ldcg(part + 2 * exchange_column(p, u, j)) - cp.mean[j];
+          acc[0][j] += __ldcg(part + 2 * exchange_column(p, u, j) + 1) + nk * d * d;
         }
       }
       column_sum<1>(u, acc, smem);
@@ -478,11 +499,6 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
       for (int j = 0; j < NJ_VEC; ++j) m2[j] = acc[0][j];
       exchange_depart(p.counters, inst, p.chunks);
     }
-#if NJ_FLAT
-    // Slot statistics (count[0] rows each) -> channel statistics (P times as many rows).
-    fold_slots<true>(p, u, count[0], smem, cp.mean, m2);
-    count[0] *= (float)nhwc_positions(p);
-#endif
     const float inv_count = count[0] > 0.f ? 1.f / count[0] : 0.f;
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) {
@@ -609,22 +625,23 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     nhwc_stream(p, ring, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_accumulate(p, u, t0, t, cp, sums); });
 #endif
     column_sum<2>(u, sums, smem);
+#if NJ_FLAT
+    fold_slots<false>(p, u, 0.f, smem, sums[0], sums[1]);  // slot sums -> channel sums
+#endif
     if (p.chunks > 1 && u.active) {
       tile_exchange_arrive(p, u, inst, sums[0], sums[1]);
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) sums[0][j] = 0.f, sums[1][j] = 0.f;
-      const int lane = thread_lane(u);
       for (int k = thread_row(u); k < p.chunks; k += tile_rows(u)) {
-        const float* part = p.partials + ((inst * p.chunks + k) * tile_width(u) + lane * NJ_VEC) * 2;
+        const float* part = chunk_partials(p, u, inst, k);
 #pragma unroll
-        for (int j = 0; j < NJ_VEC; ++j) sums[0][j] += __ldcg(part + 2 * j), sums[1][j] += __ldcg(part + 2 * j + 1);
+        for (int j = 0; j < NJ_VEC; ++j)
+          sums[0][j] += __ldcg(part + 2 * exchange_column(p, u, j)),
+              sums[1][j] += __ldcg(part + 2 * exchange_column(p, u, j) + 1);
       }
       column_sum<2>(u, sums, smem);
       exchange_depart(p.counters, inst, p.chunks);
     }
-#if NJ_FLAT
-    fold_slots<false>(p, u, 0.f, smem, sums[0], sums[1]);  // slot sums -> channel sums
-#endif
 #if NJ_AFFINE
     if (u.chunk == 0 && thread_row(u) == 0 && (p.dweight || p.dbias)) {
 #pragma unroll
