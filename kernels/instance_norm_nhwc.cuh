@@ -467,36 +467,38 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     count[0] *= (float)nhwc_positions(p);
 #endif
     if (p.chunks > 1 && u.active) {
-      // Merge the chunks per channel (mean first, then M2 around it). Rows of the CTA read
-      // different chunks in parallel; column_sum adds them in a fixed order. A chunk's counts are
-      // nk rows of P positions (P = 1 unless flat).
+      // Merge the chunks' (mean_k, M2_k) per channel in one pass about a shift s = chunk 0's mean
+      // (as the resident split does): with d_k = mean_k - s, S1 = sum n_k d_k and S2 = sum (M2_k +
+      // n_k d_k^2), mean = s + S1 / n and M2 = S2 - S1^2 / n. The shift bounds the cancellation
+      // when mean >> std (n (mean - s)^2 <= (n / n_0) M2). One loop of L2 loads instead of a mean
+      // loop and then an M2 loop. Rows of the CTA read different chunks in parallel; column_sum
+      // adds them in a fixed order. A chunk counts nk rows of P positions (P = 1 unless flat).
       tile_exchange_arrive(p, u, inst, cp.mean, m2);
       const float P = (float)nhwc_positions(p);
-      float acc[1][NJ_VEC];
+      const float* part0 = chunk_partials(p, u, inst, 0);
+      float shift[NJ_VEC], s1[1][NJ_VEC], s2[1][NJ_VEC];
 #pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) acc[0][j] = 0.f;
-      for (int k = thread_row(u); k < p.chunks; k += tile_rows(u)) {
-        const float* part = chunk_partials(p, u, inst, k);
-        const float nk = tile_chunk_count(p, k);
-#pragma unroll
-        for (int j = 0; j < NJ_VEC; ++j) acc[0][j] += nk * __ldcg(part + 2 * exchange_column(p, u, j));
-      }
-      column_sum<1>(u, acc, smem);
-      count[0] = (float)nhwc_extent(p) * P;
-#pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) cp.mean[j] = acc[0][j] * inv_extent(p), acc[0][j] = 0.f;
+      for (int j = 0; j < NJ_VEC; ++j) shift[j] = __ldcg(part0 + 2 * exchange_column(p, u, j)), s1[0][j] = 0.f, s2[0][j] = 0.f;
       for (int k = thread_row(u); k < p.chunks; k += tile_rows(u)) {
         const float* part = chunk_partials(p, u, inst, k);
         const float nk = tile_chunk_count(p, k) * P;
 #pragma unroll
         for (int j = 0; j < NJ_VEC; ++j) {
-          const float d = __ldcg(part + 2 * exchange_column(p, u, j)) - cp.mean[j];
-          acc[0][j] += __ldcg(part + 2 * exchange_column(p, u, j) + 1) + nk * d * d;
+          const float d = __ldcg(part + 2 * exchange_column(p, u, j)) - shift[j];
+          s1[0][j] += nk * d;
+          s2[0][j] += __ldcg(part + 2 * exchange_column(p, u, j) + 1) + nk * d * d;
         }
       }
-      column_sum<1>(u, acc, smem);
+      column_sum<1>(u, s1, smem);
+      column_sum<1>(u, s2, smem);
+      count[0] = (float)nhwc_extent(p) * P;
+      const float inv_n = inv_extent(p) / P;  // exact: P is a power of two
 #pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) m2[j] = acc[0][j];
+      for (int j = 0; j < NJ_VEC; ++j) {
+        cp.mean[j] = shift[j] + s1[0][j] * inv_n;
+        m2[j] = s2[0][j] - s1[0][j] * s1[0][j] * inv_n;
+        if (m2[j] < 0.f) m2[j] = 0.f;  // rounding; a NaN stays NaN
+      }
       exchange_depart(p.counters, inst, p.chunks);
     }
     const float inv_count = count[0] > 0.f ? 1.f / count[0] : 0.f;
