@@ -61,20 +61,39 @@ int ring_stages(const FusionKey& f, int threads, int items, int vec, int min_blo
   return stages >= 2 ? int(stages) : 0;
 }
 
-// The resident split (kernels/resident_split.cuh): one CTA of kSplitThreads per SM walks its
-// chunks through resident_slots() shared-memory slots (load, statistics, wait, output). Each slot
-// holds a chunk of every streamed tensor: `items` 16-byte vectors per thread and tensor, as many
-// as the shared memory of an SM allows (the driver reserves 1 KB per CTA; static shared memory is
-// under 1 KB). Fewer slots make bigger chunks (fewer steps) but less slack between a chunk's
-// statistics and its output.
-int resident_items(const FusionKey& f, const DeviceProfile& dev) {
-  const int64_t slot_per_item = int64_t(ring_tensors(f)) * kSplitThreads * 16;
-  return int(std::min<int64_t>(8, (dev.smem_per_sm - 2048) / (resident_slots() * slot_per_item)));
+// The resident split (kernels/resident_split.cuh): kSplitThreads / threads CTAs of `threads` per
+// SM walk their chunks through resident_slots() shared-memory slots (load, statistics, wait,
+// output). Each slot holds a chunk of every streamed tensor: `items` 16-byte vectors per thread
+// and tensor, as many as a CTA's share of the SM's shared memory allows (the driver reserves 1 KB
+// per CTA; static shared memory is under 1 KB). Fewer slots make bigger chunks (fewer steps) but
+// less slack between a chunk's statistics and its output.
+int resident_ctas(int threads) { return kSplitThreads / threads; }
+
+int resident_items(const FusionKey& f, const DeviceProfile& dev, int threads) {
+  const int64_t slot_per_item = int64_t(ring_tensors(f)) * threads * 16;
+  const int64_t per_cta = dev.smem_per_sm / resident_ctas(threads) - 2048;
+  return int(std::min<int64_t>(8, per_cta / (resident_slots() * slot_per_item)));
 }
 
-bool resident_possible(const FusionKey& f, int vec, const DeviceProfile& dev) {
+bool resident_possible(const FusionKey& f, int vec, const DeviceProfile& dev, int threads) {
   return f.train && f.layout == Layout::ncdhw && dev.arch >= 80 && vec * dtype_size(f.dtype) == 16 &&
-         resident_items(f, dev) >= 1;
+         resident_items(f, dev, threads) >= 1;
+}
+
+// The CTA sizes the resident split tries, preferred first. The forward: two CTAs of 256 per SM,
+// each with half the SM's slots (twice the chunks), so that one CTA's reductions, barriers and
+// polls overlap the other's loads and stores; measured on the H200 (fp16 forward, against one CTA
+// of 512, two A/B runs): (2,32,128^3) 170 -> 163-165 us, (2,32,80,192,160) 199 -> 185-188,
+// (2,64,64^3) 52.4 -> 48.2-49.1, (2,30,128^3) 161 -> 155.
+// Its limit is 256 chunks an instance (thread j merges chunk j), so larger instances take the
+// CTA of 512 (up to 512 chunks). The backward keeps one CTA of 512: at 256 its slots hold 3
+// vectors of x and dy a thread, too many chunks for (2,32,128^3) (it then streams: fwd+bwd 468 ->
+// 492 us), and with 3 slots it measured slower (494 us). NORMJIT_RESIDENT_THREADS=256|512 takes
+// one size for both directions, for measurements.
+std::vector<int> resident_thread_choices(const FusionKey& f) {
+  if (const int forced = resident_threads_override()) return {forced};
+  if (f.direction == Direction::forward) return {256, 512};
+  return {512};
 }
 
 int items_for(Policy policy, int64_t nvec, int group) {
@@ -124,6 +143,15 @@ int resident_slots() {
   // the enumerated kernel set (explain --all) and the selections agree.
   static const int slots = env_int_in("NORMJIT_RESIDENT_SLOTS", 3, 8, 4);
   return slots;
+}
+
+int resident_threads_override() {
+  // The variable is for measurements; read once per process.
+  static const int threads = [] {
+    const int v = env_int_in("NORMJIT_RESIDENT_THREADS", 256, 512, 0);
+    return v == 256 || v == 512 ? v : 0;
+  }();
+  return threads;
 }
 
 int ring_stage_cap() {
@@ -221,18 +249,27 @@ Launch ncdhw_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
   return l;
 }
 
-// Chunks per instance of the resident split, or 0 where it does not apply: an instance of more
-// than one chunk whose chunks reach at most (slots - 2) steps past any one of them (the kernel's
-// deadlock-freedom condition: chunks - 1 <= (slots - 2) * grid, resident_split.cuh).
-int64_t resident_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+// The resident split of an instance: the CTA size and chunks per instance, or chunks == 0 where it
+// does not apply. It applies to an instance of more than one chunk whose chunks reach at most
+// (slots - 2) steps past any one of them (the kernel's deadlock-freedom condition: chunks - 1 <=
+// (slots - 2) * grid, resident_split.cuh). The first of resident_thread_choices that fits wins.
+struct ResidentPlan {
+  int threads = 0;
+  int64_t chunks = 0;
+};
+
+ResidentPlan resident_plan(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
   const int vec = vector_width(s, f.dtype, f.layout);
-  if (!resident_possible(f, vec, dev)) return 0;
   const int64_t nvec = s.spatial / vec;
-  const int64_t chunks = ceil_div(nvec, int64_t(kSplitThreads) * resident_items(f, dev));
-  const int64_t grid = std::min<int64_t>(dev.sms, s.N * s.C * chunks);
-  // Thread j of a CTA reads chunk j's partials (resident_split.cuh): chunks <= threads.
-  if (chunks < 2 || chunks > kSplitThreads || chunks - 1 > int64_t(resident_slots() - 2) * grid) return 0;
-  return chunks;
+  for (int threads : resident_thread_choices(f)) {
+    if (!resident_possible(f, vec, dev, threads)) continue;
+    const int64_t chunks = ceil_div(nvec, int64_t(threads) * resident_items(f, dev, threads));
+    const int64_t grid = std::min<int64_t>(int64_t(dev.sms) * resident_ctas(threads), s.N * s.C * chunks);
+    // Thread j of a CTA reads chunk j's partials (resident_split.cuh): chunks <= threads.
+    if (chunks < 2 || chunks > threads || chunks - 1 > int64_t(resident_slots() - 2) * grid) continue;
+    return {threads, chunks};
+  }
+  return {};
 }
 
 // Whether the automatic split gives a backward of `chunks` chunks an instance the resident split
@@ -244,24 +281,29 @@ int64_t resident_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfi
 // output of its first chunks then waits for a peer's statistics of the same step (no slack); with
 // few steps the pipeline's fill and drain (3 steps) weigh more. The thresholds lie between the
 // measured points. The forward, with 2.3x larger chunks, always pays (PERF_NOTES.md).
-bool resident_backward_pays(const ShapeKey& s, int64_t chunks, const DeviceProfile& dev) {
+bool resident_backward_pays(const ShapeKey& s, const ResidentPlan& plan, const DeviceProfile& dev) {
+  const int64_t chunks = plan.chunks;
   const int64_t units = s.N * s.C * chunks;
-  const int64_t grid = std::min<int64_t>(dev.sms, units);
+  const int64_t grid = std::min<int64_t>(int64_t(dev.sms) * resident_ctas(plan.threads), units);
   return ceil_div(units, grid) >= 48 && chunks * 10 <= grid * 14;
 }
 
-Launch ncdhw_resident(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t chunks) {
+KernelConfig resident_config(const FusionKey& f, const DeviceProfile& dev, int threads, int vec, bool index64) {
+  // min_blocks: the slots leave room for that many CTAs per SM (and 128 registers per thread).
+  return make_config(threads, threads, resident_items(f, dev, threads), vec, resident_ctas(threads),
+                     /*cached=*/false, index64, resident_slots(), /*resident=*/true);
+}
+
+Launch ncdhw_resident(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const ResidentPlan& plan) {
   Launch l;
   const int vec = vector_width(s, f.dtype, f.layout);
   const int64_t nvec = s.spatial / vec;
   const int64_t instances = s.N * s.C;
-  // min_blocks 1: the slots leave room for one CTA per SM (and 128 registers per thread).
-  l.config = make_config(kSplitThreads, kSplitThreads, resident_items(f, dev), vec, 1, /*cached=*/false,
-                         needs_index64(s), resident_slots(), /*resident=*/true);
-  l.chunk_vectors = ceil_div(nvec, chunks);  // balanced chunks, each at most one slot
+  l.config = resident_config(f, dev, plan.threads, vec, needs_index64(s));
+  l.chunk_vectors = ceil_div(nvec, plan.chunks);  // balanced chunks, each at most one slot
   l.chunks = int(ceil_div(nvec, l.chunk_vectors));
   l.cooperative = true;
-  l.grid = std::min<int64_t>(dev.sms, instances * l.chunks);
+  l.grid = std::min<int64_t>(int64_t(dev.sms) * resident_ctas(plan.threads), instances * l.chunks);
   l.exchange = 1 + 2 * instances * l.chunks;  // the generation, then a tagged pair per chunk
   l.tier = "split, resident in shared memory (pipelined)";
   return l;
@@ -305,12 +347,12 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
       const int64_t chunks =
           std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / std::max<int64_t>(1, instances)));
       l = ncdhw_split(f, s, dev, /*cached=*/false, chunks, "split (elementwise)");
-    } else if (const int64_t rc = resident_chunks(f, s, dev);
-               rc > 0 && (split_mode() == SplitMode::resident ||
-                          (split_mode() == SplitMode::automatic &&
-                           (f.direction == Direction::forward || resident_backward_pays(s, rc, dev))))) {
+    } else if (const ResidentPlan rp = resident_plan(f, s, dev);
+               rp.chunks > 0 && (split_mode() == SplitMode::resident ||
+                                 (split_mode() == SplitMode::automatic &&
+                                  (f.direction == Direction::forward || resident_backward_pays(s, rp, dev))))) {
       // Every chunk in shared memory from its load to its output, pipelined: x is read once.
-      l = ncdhw_resident(f, s, dev, rc);
+      l = ncdhw_resident(f, s, dev, rp);
     } else if (k_cached <= resident && split_mode() == SplitMode::registers) {
       // Every chunk stays in registers: x is read once. All CTAs of an instance must be co-resident.
       l = ncdhw_split(f, s, dev, /*cached=*/true, k_cached, "split, cached in registers");
@@ -555,7 +597,7 @@ void ncdhw_candidates(CandidateList& c, Policy policy) {
       if (k >= k_cached && k <= resident && nvec >= 2 * int64_t(kSplitThreads))
         c.add(ncdhw_split(f, s, dev, true, k, "split, cached in registers"));
     if (!fits_a_tier) {
-      if (resident_chunks(f, s, dev) > 0) c.add(ncdhw_resident(f, s, dev, resident_chunks(f, s, dev)));
+      if (const ResidentPlan rp = resident_plan(f, s, dev); rp.chunks > 0) c.add(ncdhw_resident(f, s, dev, rp));
       // Streamed twice with rounds sized to a quarter, a half and all of the L2.
       for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
         c.add(ncdhw_split(f, s, dev, false, ncdhw_streamed_chunks(f, s, dev, budget),
@@ -690,9 +732,8 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
       if (f.train) out.push_back(make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, true, idx64));
       out.push_back(make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, false, idx64,
                                 ring_stages(f, kSplitThreads, kBoundedItems, vec, mb, dev)));
-      if (resident_possible(f, vec, dev))
-        out.push_back(make_config(kSplitThreads, kSplitThreads, resident_items(f, dev), vec, 1, false, idx64,
-                                  resident_slots(), true));
+      for (int threads : resident_thread_choices(f))
+        if (resident_possible(f, vec, dev, threads)) out.push_back(resident_config(f, dev, threads, vec, idx64));
     }
   }
   }

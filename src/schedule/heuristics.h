@@ -45,6 +45,10 @@ bool output_pass_reversed();
 // Shared-memory slots of the resident split's pipeline (3-8; NORMJIT_RESIDENT_SLOTS, default 4).
 // Read once per process.
 int resident_slots();
+// A CTA size forced on the resident split for both directions (NORMJIT_RESIDENT_THREADS: 512, one
+// CTA per SM, or 256, two), 0 where unset (the heuristics choose per direction). Read once per
+// process.
+int resident_threads_override();
 // Most tiles of a streamed kernel's cp.async ring (2-8; NORMJIT_RING_STAGES, default 3), as the
 // shared memory allows. Read once per process.
 int ring_stage_cap();

@@ -117,15 +117,19 @@ TEST(GpuKernelsResident, EdgeShapesMatchDoubleReference) {
   const SplitModeForBothDirections resident("resident");
   using A = normjit::Activation;
   const normjit::DeviceProfile dev = normjit::live_profile(0);
-  const int64_t slot_vectors = 512 * 7;  // fp16 forward: 7 vectors per thread (H200, H100)
+  // fp16 forward, 7 vectors per thread (H200, H100): in one CTA of 512 an SM, or two of 256, whose
+  // CTA merges at most 256 chunks an instance (larger instances take the CTA of 512).
+  const int64_t slot_vectors = 512 * 7;
   const int64_t edge = (2 * int64_t(dev.sms)) * slot_vectors + 1;  // vectors of 8: chunks = 2 * sms + 1
+  const int64_t edge256 = 256 * (256 * 7);                          // chunks = 256 of a CTA of 256
   const std::vector<Case> cases = {
       {{2, 8, 40, 40, 56}, DType::f16, false},                             // 4 chunks of 2800 vectors
       {{2, 16, 64, 64, 64}, DType::f16, false, true, A::leaky_relu, true},  // 10 / 22 chunks
       {{1, 2, 64, 64, 64}, DType::f32, false, true, A::identity, false, 1000.f},
       {{2, 4, 48, 48, 48}, DType::bf16, false, true, A::gelu_erf, true},   // x, dy, residual in the slots
       {{1, 3, 8, 405505}, DType::f16, false},                              // backward: 2 * 132 + 1 chunks
-      {{1, 1, 8, edge}, DType::f16, false, false},                         // forward: 2 * sms + 1 chunks
+      {{1, 1, 8, edge}, DType::f16, false, false},                         // forward: 2 * sms + 1 chunks (512)
+      {{1, 2, 8, edge256}, DType::f16, false, true, A::leaky_relu},        // forward: 256 chunks (256)
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::PrintToString(c));

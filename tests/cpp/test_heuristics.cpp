@@ -300,11 +300,12 @@ TEST(Heuristics, BigShapeForwardIsACooperativeSplit) {
 }
 
 TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
-  // nnU-Net stage 0 on the big GPUs: one CTA per SM, chunks of at most one shared-memory slot, the
-  // pipeline's deadlock-freedom condition (kernels/resident_split.cuh), slots within an SM. The
-  // forward by default, the backward where it measured faster (resident_backward_pays: on the H200
-  // (2,32,128^3), not (2,32,80,192,160) nor (2,64,64^3)), and both with NORMJIT_SPLIT=resident.
-  // (The A100's backward slots, x and dy in 164 KB, are too small for 108 SMs to hold an instance.)
+  // nnU-Net stage 0 on the big GPUs: two CTAs of 256 per SM for the forward, one of 512 for the
+  // backward, chunks of at most one shared-memory slot, the pipeline's deadlock-freedom condition
+  // (kernels/resident_split.cuh), slots within a CTA's share of the SM. The forward by default, the
+  // backward where it measured faster (resident_backward_pays: on the H200 (2,32,128^3), not
+  // (2,32,80,192,160) nor (2,64,64^3)), and both with NORMJIT_SPLIT=resident. (The A100's
+  // backward slots, x and dy in 164 KB, are too small for 108 SMs to hold an instance.)
   {
     const DeviceProfile h200 = builtin_profile("H200");
     auto backward_resident = [&](const Shape& s) {
@@ -330,18 +331,24 @@ TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
       EXPECT_EQ(std::string(l.tier), "split, resident in shared memory (pipelined)");
       EXPECT_TRUE(l.cooperative);
       EXPECT_FALSE(l.config.cached);
-      EXPECT_EQ(l.grid, dev.sms);
-      EXPECT_EQ(l.config.min_blocks, 1);
+      EXPECT_EQ(l.config.threads, dir == 0 ? 256 : 512);
+      EXPECT_EQ(l.config.min_blocks, dir == 0 ? 2 : 1);
+      EXPECT_EQ(l.grid, int64_t(dev.sms) * l.config.min_blocks);
       EXPECT_GE(l.config.stages, 3);
       EXPECT_LE(l.chunk_vectors, int64_t(l.config.threads) * l.config.items);
       EXPECT_GE(l.chunks * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);
       EXPECT_LT((l.chunks - 1) * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);
       EXPECT_LE(l.chunks - 1, int64_t(l.config.stages - 2) * l.grid);
-      EXPECT_LE(ring_bytes(k.fusion, l.config) + 2048, dev.smem_per_sm);
+      EXPECT_LE(ring_bytes(k.fusion, l.config) + 2048, dev.smem_per_sm / l.config.min_blocks);
+      EXPECT_LE(l.chunks, l.config.threads);  // thread j merges chunk j
       EXPECT_EQ(l.exchange, 1 + 2 * 64 * l.chunks);
       EXPECT_GT(l.counters, 0);
     }
   }
+  // An instance of more chunks than a CTA of 256 merges (293 of 1792 vectors) takes the CTA of 512
+  // (147 chunks of 3584).
+  const Launch big = launch_for(forward_keys(fwd_args({1, 2, 64, 256, 256})));
+  EXPECT_TRUE(big.config.resident && big.config.threads == 512 && big.chunks == 147) << big.tier;
   // Past the deadlock-freedom bound (one instance of 2^26 elements) it streams.
   const CallKeys huge = forward_keys(fwd_args({1, 1, 1 << 26}));
   EXPECT_FALSE(launch_for(huge).config.resident) << launch_for(huge).tier;
@@ -558,8 +565,9 @@ TEST(Heuristics, BoundedSetSizes) {
   };
   const Row rows[] = {
       // Training NCDHW: + the resident split for the 16-byte class, 32- and 64-bit indexing.
-      {Direction::forward, Layout::ncdhw, DType::f16, true, 58},
-      {Direction::forward, Layout::ncdhw, DType::f32, true, 44},
+      // The forward's resident split has two CTA sizes (256, and 512 for larger instances).
+      {Direction::forward, Layout::ncdhw, DType::f16, true, 60},
+      {Direction::forward, Layout::ncdhw, DType::f32, true, 46},
       {Direction::forward, Layout::ncdhw, DType::f16, false, 56},
       {Direction::backward, Layout::ncdhw, DType::f16, true, 58},
       {Direction::backward, Layout::ncdhw, DType::f32, true, 44},
@@ -626,12 +634,13 @@ TEST(Heuristics, RingFitsTheDeviceSharedMemory) {
   }
   EXPECT_GT(rings, 0u);
   // The (2,32,128^3) fp16 training forward: the resident split's 4 slots of 7 vectors per thread
-  // on the H200; with NORMJIT_SPLIT=l2 it streams through a ring of 3 stages.
+  // in each of two CTAs of 256 on the H200; with NORMJIT_SPLIT=l2 it streams through a ring of 3
+  // stages.
   ForwardArgs a = fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ncdhw, 256);
   const CallKeys k = forward_keys(a);
   const Launch r = choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded);
   EXPECT_TRUE(r.config.resident);
-  EXPECT_EQ(ring_bytes(k.fusion, r.config), 4 * 7 * 512 * 16);
+  EXPECT_EQ(ring_bytes(k.fusion, r.config), 4 * 7 * 256 * 16);
   setenv("NORMJIT_SPLIT", "l2", 1);
   const Launch l = choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded);
   unsetenv("NORMJIT_SPLIT");
