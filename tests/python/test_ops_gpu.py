@@ -142,6 +142,31 @@ def test_nan_propagates_to_its_instance_only(dtype):
     assert torch.isfinite(y.float().reshape(6, -1)[mask.reshape(-1).cuda()]).all()
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("shape", [(2, 32, 128, 128, 128), (2, 64, 64, 64, 64), (2, 30, 48, 48, 48)])
+def test_nan_and_inf_in_split_kernels_stay_in_their_instance(shape, channels_last, bad):
+    # The split kernels (resident, streamed, channels-last and its flat super-rows) merge partials
+    # across CTAs: a NaN or an infinity in one instance must give NaN there, as torch does, and
+    # leave every other instance (same CTA tile, same sample) exact, forward and backward.
+    x = _make(shape, torch.float16, channels_last=channels_last).requires_grad_()
+    with torch.no_grad():
+        x[0, 1, 5, 7, 9] = bad
+    dy = _make(shape, torch.float16, channels_last=channels_last, seed=1)
+    with _no_fallback():
+        y = NF.instance_norm(x)
+        (dx,) = torch.autograd.grad(y, x, dy)
+    yt = F.instance_norm(x.detach().float().requires_grad_())
+    assert torch.isnan(yt[0, 1]).all()  # torch: inf - inf in the mean or the variance
+    assert torch.isnan(y[0, 1]).all() and torch.isnan(dx[0, 1]).all()
+    for n, c in [(0, 0), (0, 2), (1, 1)]:
+        xr = x[n:n + 1, c:c + 1].detach().double().requires_grad_()
+        yr = F.instance_norm(xr)
+        (dxr,) = torch.autograd.grad(yr, xr, dy[n:n + 1, c:c + 1].double())
+        torch.testing.assert_close(y[n:n + 1, c:c + 1].double(), yr, rtol=1e-2, atol=1e-2)
+        torch.testing.assert_close(dx[n:n + 1, c:c + 1].double(), dxr, rtol=1e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("shape", [(2, 4, 8, 9, 10), (1, 3, 5, 7, 11), (3, 5, 40), (2, 3, 17, 19), (2, 30, 12, 16, 16)])
