@@ -11,8 +11,9 @@
 # one per extra environment setting in COMPARE_ENVS, e.g.
 #   COMPARE_ENVS="NORMJIT_OUTPUT_ORDER=forward" bench/compare_baseline.sh .baseline --quick
 # runs "new_NORMJIT_OUTPUT_ORDER_forward" too; an entry may set several variables, separated by
-# commas ("NORMJIT_RESIDENT_THREADS=256,NORMJIT_SPLIT=resident"). ROUNDS (default 2) repeats the whole sequence, so
-# that drift of the GPU shows up as disagreement between rounds rather than as a difference.
+# commas ("NORMJIT_RESIDENT_THREADS=256,NORMJIT_SPLIT=resident"). ROUNDS (default 2) repeats the
+# whole sequence, so that drift of the GPU shows up as disagreement between rounds rather than as
+# a difference.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 BASE_SRC=${1:?usage: bench/compare_baseline.sh BASELINE_SRC_DIR [bench args...]}

@@ -69,6 +69,11 @@ int ring_stages(const FusionKey& f, int threads, int items, int vec, int min_blo
 // less slack between a chunk's statistics and its output.
 int resident_ctas(int threads) { return kSplitThreads / threads; }
 
+// The resident split's grid for `units` chunks in all: every co-resident CTA, or one per chunk.
+int64_t resident_grid(const DeviceProfile& dev, int threads, int64_t units) {
+  return std::min<int64_t>(int64_t(dev.sms) * resident_ctas(threads), units);
+}
+
 int resident_items(const FusionKey& f, const DeviceProfile& dev, int threads) {
   const int64_t slot_per_item = int64_t(ring_tensors(f)) * threads * 16;
   const int64_t per_cta = dev.smem_per_sm / resident_ctas(threads) - 2048;
@@ -264,7 +269,7 @@ ResidentPlan resident_plan(const FusionKey& f, const ShapeKey& s, const DevicePr
   for (int threads : resident_thread_choices(f)) {
     if (!resident_possible(f, vec, dev, threads)) continue;
     const int64_t chunks = ceil_div(nvec, int64_t(threads) * resident_items(f, dev, threads));
-    const int64_t grid = std::min<int64_t>(int64_t(dev.sms) * resident_ctas(threads), s.N * s.C * chunks);
+    const int64_t grid = resident_grid(dev, threads, s.N * s.C * chunks);
     // Thread j of a CTA reads chunk j's partials (resident_split.cuh): chunks <= threads.
     if (chunks < 2 || chunks > threads || chunks - 1 > int64_t(resident_slots() - 2) * grid) continue;
     return {threads, chunks};
@@ -284,7 +289,7 @@ ResidentPlan resident_plan(const FusionKey& f, const ShapeKey& s, const DevicePr
 bool resident_backward_pays(const ShapeKey& s, const ResidentPlan& plan, const DeviceProfile& dev) {
   const int64_t chunks = plan.chunks;
   const int64_t units = s.N * s.C * chunks;
-  const int64_t grid = std::min<int64_t>(int64_t(dev.sms) * resident_ctas(plan.threads), units);
+  const int64_t grid = resident_grid(dev, plan.threads, units);
   return ceil_div(units, grid) >= 48 && chunks * 10 <= grid * 14;
 }
 
@@ -303,7 +308,7 @@ Launch ncdhw_resident(const FusionKey& f, const ShapeKey& s, const DeviceProfile
   l.chunk_vectors = ceil_div(nvec, plan.chunks);  // balanced chunks, each at most one slot
   l.chunks = int(ceil_div(nvec, l.chunk_vectors));
   l.cooperative = true;
-  l.grid = std::min<int64_t>(int64_t(dev.sms) * resident_ctas(plan.threads), instances * l.chunks);
+  l.grid = resident_grid(dev, plan.threads, instances * l.chunks);
   l.exchange = 1 + 2 * instances * l.chunks;  // the generation, then a tagged pair per chunk
   l.tier = "split, resident in shared memory (pipelined)";
   return l;
