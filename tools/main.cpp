@@ -26,7 +26,7 @@ void print_usage(FILE* out) {
                "  --help    this text; `normjit <command> --help` for a command's options\n"
                "\n"
                "environment (all optional): NORMJIT_CACHE_DIR, NORMJIT_DISABLE_DISK_CACHE, NORMJIT_LOG,\n"
-               "NORMJIT_NVRTC_PATH, NORMJIT_POLICY\n");
+               "NORMJIT_NVRTC_PATH, NORMJIT_NVRTC_OPTIONS, NORMJIT_POLICY\n");
 }
 
 int dispatch(int argc, char** argv) {

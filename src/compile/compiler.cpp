@@ -7,7 +7,10 @@
 #include <time.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 
 #include "compile/disk_cache.h"
 #include "compile/hash.h"
@@ -31,7 +34,22 @@ namespace {
 //  -lineinfo / -G   debugging aids that make cubins larger (and -G slow).
 //  -minimal         NVRTC >= 12.4: skips texture/cudadevrt declarations, measured ~10% faster on a
 //                   small kernel with NVRTC 13.0; a candidate once the kernels are known not to need them.
-std::vector<std::string> choose_default_options() { return {"--std=c++17", "-default-device"}; }
+// NORMJIT_NVRTC_OPTIONS (space-separated) appends options for profiling and inspection, e.g.
+// "-lineinfo" for Nsight Compute's source view or "--ptxas-options=-v" for registers and spills
+// (NVRTC's log is then printed). Being options, they are part of every disk-cache key.
+std::vector<std::string> extra_options() {
+  std::vector<std::string> out;
+  const char* v = std::getenv("NORMJIT_NVRTC_OPTIONS");
+  std::istringstream in(v ? v : "");
+  for (std::string o; in >> o;) out.push_back(o);
+  return out;
+}
+
+std::vector<std::string> choose_default_options() {
+  std::vector<std::string> options{"--std=c++17", "-default-device"};
+  for (std::string& o : extra_options()) options.push_back(std::move(o));
+  return options;
+}
 
 std::string join_options(const CompileRequest& req) {
   std::string s;
@@ -146,7 +164,10 @@ std::vector<char> nvrtc_compile(const CompileRequest& req, double* ms, double* c
 
   if (ms) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (cpu_ms) *cpu_ms = thread_cpu_ms() - cpu_start;
-  if (log) *log = prog.log();
+  const std::string text = prog.log();
+  if (!text.empty() && !extra_options().empty())  // asked for (e.g. ptxas -v): show it
+    std::fprintf(stderr, "[normjit] NVRTC log of %s:\n%s\n", req.name.c_str(), text.c_str());
+  if (log) *log = text;
   return cubin;
 }
 

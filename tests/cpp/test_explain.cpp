@@ -366,4 +366,23 @@ TEST(Cli, WarmupStatsAndDemo) {
   EXPECT_EQ(shell(cli, &out), 0) << out;  // demo is the default command
   EXPECT_NE(out.find("from the disk cache"), std::string::npos) << out;
 }
+
+// NORMJIT_NVRTC_OPTIONS reaches NVRTC (ptxas -v reports registers and spills, and the log is
+// printed) and is part of the disk-cache key: the cubin cached without it is not served.
+TEST(Cli, ExtraNvrtcOptions) {
+  std::string why;
+  if (!driver::try_nvrtc(&why)) GTEST_SKIP() << "NVRTC is not available here: " << why;
+  TempDir cache;
+  const std::string env = "NORMJIT_CACHE_DIR=" + cache.path() + " ";
+  const std::string warmup = std::string(NORMJIT_CLI_PATH) + " warmup --direction fwd 2x320x4x4x4";
+  std::string out;
+  EXPECT_EQ(shell(env + warmup, &out), 0) << out;
+  EXPECT_EQ(out.find("ptxas info"), std::string::npos) << out;
+  EXPECT_EQ(shell(env + "NORMJIT_NVRTC_OPTIONS='--ptxas-options=-v' " + warmup, &out), 0) << out;
+  EXPECT_NE(out.find("kernels: 1, compiled: 1, already in the disk cache: 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("NVRTC log of in_fwd_"), std::string::npos) << out;
+  EXPECT_NE(out.find("spill stores"), std::string::npos) << out;
+  EXPECT_EQ(shell(env + "NORMJIT_NVRTC_OPTIONS='--bogus-option' " + warmup, &out), 1) << out;
+  EXPECT_NE(out.find("--bogus-option"), std::string::npos) << out;
+}
 #endif
