@@ -195,18 +195,49 @@ __device__ __forceinline__ const float* chunk_partials(const NjParams& p, const 
   return p.partials + (inst * p.chunks + k) * exchange_width(p, u) * 2;
 }
 
+// This thread's NJ_VEC (a, b) pairs of chunk k. Not flat, they are 2 * NJ_VEC neighbouring
+// floats (64 bytes for fp16), read as 16-byte vectors. Every CTA of a split reads every chunk's
+// pairs, so these loads are most of the split's L2 traffic besides x: with one 4-byte load per
+// value, (2,64,64^3)'s forward made 9.5 M L2 sector reads and took 77 us (Nsight Compute); with
+// 16-byte loads 7.0 M and 59 us (docs/PERF_NOTES.md, session 9).
+__device__ __forceinline__ void read_chunk_pairs(const NjParams& p, const TileUnit& u, idx_t inst, idx_t k,
+                                                 float (&a)[NJ_VEC], float (&b)[NJ_VEC]) {
+  const float* part = chunk_partials(p, u, inst, k);
+#if NJ_FLAT || NJ_VEC % 2 != 0
+#pragma unroll
+  for (int j = 0; j < NJ_VEC; ++j) {
+    a[j] = __ldcg(part + 2 * exchange_column(p, u, j));
+    b[j] = __ldcg(part + 2 * exchange_column(p, u, j) + 1);
+  }
+#else
+  // 2 * NJ_VEC floats from a multiple of 2 * NJ_VEC: 16-byte aligned (the workspace is).
+  const float4* v = reinterpret_cast<const float4*>(part + 2 * exchange_column(p, u, 0));
+#pragma unroll
+  for (int q = 0; q < NJ_VEC / 2; ++q) {
+    const float4 f = __ldcg(v + q);
+    a[2 * q] = f.x, b[2 * q] = f.y, a[2 * q + 1] = f.z, b[2 * q + 1] = f.w;
+  }
+#endif
+}
+
 // Publishes this CTA's per-channel partials (2 floats per channel), waits for the chunk's peers.
 // Row-0 threads write (flat: the first slot of each channel); thread 0 signals.
 __device__ __forceinline__ void tile_exchange_arrive(const NjParams& p, const TileUnit& u, idx_t inst,
                                                      const float (&a)[NJ_VEC], const float (&b)[NJ_VEC]) {
   if (thread_row(u) == 0) {
     float* part = p.partials + (inst * p.chunks + u.chunk) * exchange_width(p, u) * 2;
+#if NJ_FLAT || NJ_VEC % 2 != 0
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j)
       if (!NJ_FLAT || writes_channel(p, u, j)) {
         __stcg(part + 2 * exchange_column(p, u, j), a[j]);
         __stcg(part + 2 * exchange_column(p, u, j) + 1, b[j]);
       }
+#else
+    float4* v = reinterpret_cast<float4*>(part + 2 * exchange_column(p, u, 0));  // as read_chunk_pairs
+#pragma unroll
+    for (int q = 0; q < NJ_VEC / 2; ++q) __stcg(v + q, make_float4(a[2 * q], b[2 * q], a[2 * q + 1], b[2 * q + 1]));
+#endif
     __threadfence();
   }
   __syncthreads();
@@ -475,18 +506,21 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
       // adds them in a fixed order. A chunk counts nk rows of P positions (P = 1 unless flat).
       tile_exchange_arrive(p, u, inst, cp.mean, m2);
       const float P = (float)nhwc_positions(p);
-      const float* part0 = chunk_partials(p, u, inst, 0);
-      float shift[NJ_VEC], s1[1][NJ_VEC], s2[1][NJ_VEC];
+      float shift[NJ_VEC], unused[NJ_VEC], s1[1][NJ_VEC], s2[1][NJ_VEC];
+      read_chunk_pairs(p, u, inst, 0, shift, unused);
 #pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) shift[j] = __ldcg(part0 + 2 * exchange_column(p, u, j)), s1[0][j] = 0.f, s2[0][j] = 0.f;
+      for (int j = 0; j < NJ_VEC; ++j) s1[0][j] = 0.f, s2[0][j] = 0.f;
+      // Unrolled by 2: the next chunk's loads are in flight while this one is added.
+#pragma unroll 2
       for (int k = thread_row(u); k < p.chunks; k += tile_rows(u)) {
-        const float* part = chunk_partials(p, u, inst, k);
+        float mk[NJ_VEC], m2k[NJ_VEC];
+        read_chunk_pairs(p, u, inst, k, mk, m2k);
         const float nk = tile_chunk_count(p, k) * P;
 #pragma unroll
         for (int j = 0; j < NJ_VEC; ++j) {
-          const float d = __ldcg(part + 2 * exchange_column(p, u, j)) - shift[j];
+          const float d = mk[j] - shift[j];
           s1[0][j] += nk * d;
-          s2[0][j] += __ldcg(part + 2 * exchange_column(p, u, j) + 1) + nk * d * d;
+          s2[0][j] += m2k[j] + nk * d * d;
         }
       }
       column_sum<1>(u, s1, smem);
@@ -634,12 +668,12 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
       tile_exchange_arrive(p, u, inst, sums[0], sums[1]);
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) sums[0][j] = 0.f, sums[1][j] = 0.f;
+#pragma unroll 2
       for (int k = thread_row(u); k < p.chunks; k += tile_rows(u)) {
-        const float* part = chunk_partials(p, u, inst, k);
+        float ak[NJ_VEC], bk[NJ_VEC];
+        read_chunk_pairs(p, u, inst, k, ak, bk);
 #pragma unroll
-        for (int j = 0; j < NJ_VEC; ++j)
-          sums[0][j] += __ldcg(part + 2 * exchange_column(p, u, j)),
-              sums[1][j] += __ldcg(part + 2 * exchange_column(p, u, j) + 1);
+        for (int j = 0; j < NJ_VEC; ++j) sums[0][j] += ak[j], sums[1][j] += bk[j];
       }
       column_sum<2>(u, sums, smem);
       exchange_depart(p.counters, inst, p.chunks);
