@@ -429,6 +429,31 @@ TEST(Heuristics, BigShapeBackwardAndOtherSplits) {
   EXPECT_EQ(l.grid, 64 * l.chunks);
 }
 
+TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
+  // A channels-last training tensor that fits the L2 budget in few chunks still gets enough to
+  // fill the co-resident CTA slots (2 per SM on the H200), as long as a chunk keeps 2 tiles of
+  // 128 rows.
+  const DeviceProfile h200 = builtin_profile("H200");
+  struct Row {
+    Shape shape;
+    int chunks;
+    int64_t grid;
+  };
+  for (const Row& r : {Row{{2, 128, 32, 32, 32}, 66, 264}, Row{{2, 256, 16, 16, 16}, 16, 128},
+                       Row{{2, 64, 64, 64, 64}, 132, 264}, Row{{2, 320, 8, 8, 8}, 2, 20}}) {
+    for (bool forward : {true, false}) {
+      const CallKeys k = forward ? forward_keys(fwd_args(r.shape, DType::f16, Layout::ndhwc))
+                                 : backward_keys(bwd_args(r.shape, DType::f16, Layout::ndhwc));
+      const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
+      SCOPED_TRACE(std::to_string(r.shape[1]) + " channels, " + std::to_string(r.shape[2]) + "^3" +
+                   (forward ? " fwd" : " bwd"));
+      EXPECT_EQ(l.chunks, r.chunks);
+      EXPECT_EQ(l.grid, r.grid);
+      EXPECT_TRUE(l.cooperative);
+    }
+  }
+}
+
 // ----------------------------------------------------------------- the bound on kernel configs
 namespace {
 
