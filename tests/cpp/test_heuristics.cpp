@@ -432,7 +432,7 @@ TEST(Heuristics, BigShapeBackwardAndOtherSplits) {
 TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
   // A channels-last training tensor that fits the L2 budget in few chunks still gets enough to
   // fill the co-resident CTA slots (2 per SM on the H200), as long as a chunk keeps 2 tiles of
-  // 128 rows.
+  // 128 rows; the workspace holds a pair per column per chunk plus the merged totals.
   const DeviceProfile h200 = builtin_profile("H200");
   struct Row {
     Shape shape;
@@ -442,6 +442,7 @@ TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
   for (const Row& r : {Row{{2, 128, 32, 32, 32}, 66, 264}, Row{{2, 256, 16, 16, 16}, 16, 128},
                        Row{{2, 64, 64, 64, 64}, 132, 264}, Row{{2, 320, 8, 8, 8}, 2, 20}}) {
     for (bool forward : {true, false}) {
+      if (forward && r.shape[2] == 8) continue;  // below
       const CallKeys k = forward ? forward_keys(fwd_args(r.shape, DType::f16, Layout::ndhwc))
                                  : backward_keys(bwd_args(r.shape, DType::f16, Layout::ndhwc));
       const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
@@ -450,8 +451,15 @@ TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
       EXPECT_EQ(l.chunks, r.chunks);
       EXPECT_EQ(l.grid, r.grid);
       EXPECT_TRUE(l.cooperative);
+      const int64_t insts = l.grid / l.chunks, columns = 64;  // fp16: 8 lanes of 8 channels
+      EXPECT_EQ(l.partials, insts * (l.chunks + 1) * columns * 2);
     }
   }
+  // Where the L2 budget keeps an instance whole, it stays whole: one chunk needs no exchange.
+  const CallKeys k = forward_keys(fwd_args({2, 320, 8, 8, 8}, DType::f16, Layout::ndhwc));
+  const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
+  EXPECT_EQ(l.chunks, 1);
+  EXPECT_FALSE(l.cooperative);
 }
 
 // ----------------------------------------------------------------- the bound on kernel configs

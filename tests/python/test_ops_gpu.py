@@ -167,6 +167,42 @@ def test_nan_and_inf_in_split_kernels_stay_in_their_instance(shape, channels_las
         torch.testing.assert_close(dx[n:n + 1, c:c + 1].double(), dxr, rtol=1e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+@pytest.mark.parametrize("shape", [(2, 256, 16, 16, 16), (2, 128, 32, 32, 32), (1, 96, 24, 40, 40),
+                                   (3, 40, 32, 32, 30), (2, 20, 40, 40, 40)])
+def test_channels_last_split_merges_vs_float64(shape, dtype):
+    # The channels-last split merges its chunks' per-channel pairs in one of two ways
+    # (instance_norm_nhwc.cuh): every CTA reads every chunk's pairs where there are fewer chunks
+    # than columns ((2,256,16^3): 16 chunks), else the scattered merge (CTA k merges column k and
+    # publishes it): the others, with a partly filled channel tile for C = 96 and C = 40 and flat
+    # super-rows for C = 20 in fp16. Mean >> std, running statistics and weight gradients against
+    # float64.
+    c = shape[1]
+    x0 = _make(shape, dtype, channels_last=True, offset=100.0)
+    dy = _make(shape, dtype, channels_last=True, seed=3)
+    w0 = torch.rand(c, device="cuda") + 0.5
+    b0 = torch.randn(c, device="cuda")
+    rm, rv = torch.randn(c, device="cuda"), torch.rand(c, device="cuda") + 0.5
+    _, erm, erv = instance_norm_reference(x0, rm, rv, momentum=0.2)
+    x, w, b = (t.clone().requires_grad_() for t in (x0, w0, b0))
+    with _no_fallback():
+        y = NF.instance_norm(x, rm, rv, weight=w, bias=b, momentum=0.2)
+    y.backward(dy)
+    xr, wr, br = (t.detach().double().requires_grad_() for t in (x0, w0, b0))
+    yr = F.instance_norm(xr, weight=wr, bias=br)
+    yr.backward(dy.double())
+    tol = TOL[dtype]
+    assert y.is_contiguous(memory_format=torch.channels_last_3d)
+    torch.testing.assert_close(y.double(), yr, **tol)
+    torch.testing.assert_close(x.grad.double(), xr.grad, **tol)
+    # dweight = sum dy * (x - mean) * rstd: the fp32 mean of values near 100 is rounded by up to
+    # 3.8e-6 (half an ulp), which shifts dweight by that times |sum dy| (~300 here): ~1e-3.
+    torch.testing.assert_close(w.grad.double(), wr.grad, rtol=max(tol["rtol"], 1e-3), atol=max(tol["atol"] * 10, 1e-2))
+    torch.testing.assert_close(b.grad.double(), br.grad, rtol=tol["rtol"], atol=tol["atol"] * 10)
+    torch.testing.assert_close(rm.double().cpu(), erm, rtol=1e-4, atol=1e-3)
+    torch.testing.assert_close(rv.double().cpu(), erv, rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("shape", [(2, 4, 8, 9, 10), (1, 3, 5, 7, 11), (3, 5, 40), (2, 3, 17, 19), (2, 30, 12, 16, 16)])
