@@ -195,11 +195,12 @@ __device__ __forceinline__ const float* chunk_partials(const NjParams& p, const 
   return p.partials + (inst * p.chunks + k) * exchange_width(p, u) * 2;
 }
 
-// This thread's NJ_VEC (a, b) pairs of a chunk's partials (or of the merged totals). Not flat, they are 2 * NJ_VEC neighbouring
-// floats (64 bytes for fp16), read as 16-byte vectors. Every CTA of a split reads every chunk's
-// pairs, so these loads are most of the split's L2 traffic besides x: with one 4-byte load per
-// value, (2,64,64^3)'s forward made 9.5 M L2 sector reads and took 77 us (Nsight Compute); with
-// 16-byte loads 7.0 M and 59 us (docs/PERF_NOTES.md, session 9).
+// This thread's NJ_VEC (a, b) pairs of a chunk's partials (or of the merged totals). Not flat,
+// they are 2 * NJ_VEC neighbouring floats (64 bytes for fp16), read as 16-byte vectors. In the
+// all-chunk merge every CTA reads every chunk's pairs, so these loads were most of the split's L2
+// traffic besides x: with one 4-byte load per value, (2,64,64^3)'s forward made 9.5 M L2 sector
+// reads and took 77 us (Nsight Compute); with 16-byte loads 7.0 M and 59 us (docs/PERF_NOTES.md,
+// session 9).
 __device__ __forceinline__ void read_pairs(const NjParams& p, const TileUnit& u, const float* part, float (&a)[NJ_VEC],
                                            float (&b)[NJ_VEC]) {
 #if NJ_FLAT || NJ_VEC % 2 != 0
