@@ -480,8 +480,8 @@ int64_t nhwc_streamed_chunks(const FusionKey& f, const ShapeKey& s, const Device
 
 // The default streamed split's chunks: the L2 budget's count, raised to fill every co-resident
 // CTA slot as long as each chunk keeps kNhwcMinChunkTiles tiles, where the budget already splits
-// (one chunk needs no exchange: (2,320,8^3)'s forward measured 9.8 us whole, 11.0-11.6 in two). A tensor that fits the budget in
-// few chunks otherwise leaves slots idle or unevenly shared: (2,128,32^3) took 37 chunks of 4
+// (one chunk needs no exchange: (2,320,8^3)'s forward measured 9.8 us whole, 11.0-11.6 in two).
+// A tensor that fits the budget in few chunks otherwise leaves slots idle or unevenly shared: (2,128,32^3) took 37 chunks of 4
 // (n, channel tile) pairs, 148 CTAs on 132 SMs, and measured 24.4 us against 21.4 for 66 chunks
 // (264 CTAs); (2,256,16^3) 13.9 us with 5 chunks against 10.4 with 11 (H200, fp16 forward,
 // autotune timings of session 9, once the exchange's loads were 16 bytes wide).
