@@ -261,6 +261,24 @@ __device__ __forceinline__ void chan_merge(float& n_a, float& mean_a, float& m2_
   n_a = n;
 }
 
+// The one-pass merge of chunks' (n_k, mean_k, M2_k) about a shift s, chunk 0's mean (the
+// resident split and the channels-last split merge their chunks this way): with d_k = mean_k - s,
+// S1 = sum n_k d_k and S2 = sum (M2_k + n_k d_k^2), mean = s + S1 / n and M2 = S2 - S1^2 / n. The
+// shift keeps the cancellation bounded when mean >> std, where the plain sum of squares loses
+// everything: n (mean - s)^2 <= (n / n_0) M2, so M2 loses at most ~log2(chunks) bits and
+// typically none. One sum of the pair is half the chain of a mean sum and then an M2 sum.
+__device__ __forceinline__ void shifted_add(float n_k, float mean_k, float m2_k, float shift, float& s1, float& s2) {
+  const float d = mean_k - shift;
+  s1 += n_k * d;
+  s2 += m2_k + n_k * d * d;
+}
+__device__ __forceinline__ void shifted_result(float shift, float s1, float s2, float inv_n, float& mean, float& m2) {
+  const float mean_d = s1 * inv_n;
+  mean = shift + mean_d;
+  m2 = s2 - s1 * mean_d;
+  if (m2 < 0.f) m2 = 0.f;  // rounding; a NaN stays NaN
+}
+
 // Combines the threads' running (n, mean, M2) of one group into the group's (mean, M2) over
 // `count` elements: the mean from the sum of n * mean, then M2 = sum(M2_t + n_t (mean_t - mean)^2).
 // Two fixed-order group sums per chunk, instead of two per tile.

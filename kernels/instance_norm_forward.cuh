@@ -206,23 +206,17 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
       },
       [&](const Unit& u, idx_t step, const TaggedPair& peek, const Affine& affine) {
         // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's) in one CTA
-        // sum, about a shift k = chunk 0's mean: with d_j = mean_j - k, S1 = sum n_j d_j and
-        // S2 = sum (M2_j + n_j d_j^2), mean = k + S1 / n and M2 = S2 - S1^2 / n. The shift keeps
-        // the cancellation bounded when mean >> std, where the plain sum of squares loses
-        // everything: n (mean - k)^2 <= (n / n_0) M2, so M2 loses at most ~log2(chunks) bits and
-        // typically none. One sum is half the chain of the mean-then-M2 pair. Then the output of
-        // the chunk, from its slot.
+        // sum about chunk 0's mean (shifted_add in common.cuh). Then the output of the chunk,
+        // from its slot.
         float mean_j, m2_j;
         resident_settle(p, u, tag, peek, mean_j, m2_j);
         const float k = resident_settle_first(p, u, tag, peek.first);
         const float n_j = threadIdx.x < p.chunks ? chunk_count(p, (int)threadIdx.x) : 0.f;
-        const float d_j = mean_j - k;
-        float acc[2] = {n_j * d_j, m2_j + n_j * d_j * d_j};
+        float acc[2] = {0.f, 0.f};
+        shifted_add(n_j, mean_j, m2_j, k, acc[0], acc[1]);
         group_sum<2>(acc, smem);
-        const float mean_d = acc[0] * p.inv_spatial;
-        float m2 = acc[1] - acc[0] * mean_d;
-        if (m2 < 0.f) m2 = 0.f;  // rounding; a NaN stays NaN
-        const float mean = k + mean_d;
+        float mean, m2;
+        shifted_result(k, acc[0], acc[1], p.inv_spatial, mean, m2);
         float scale, shift;
         affine_scale_shift(affine, instance_rstd(p, u, threadIdx.x, mean, m2, (float)p.spatial), scale, shift);
         vec_t xr[NJ_ITEMS];

@@ -282,9 +282,7 @@ __device__ __forceinline__ void merge_column(const NjParams& p, const TileUnit& 
   for (int k = threadIdx.x; k < p.chunks; k += NJ_THREADS) {
     const float2 v = __ldcg(reinterpret_cast<const float2*>(column + (idx_t)k * W * 2));
     if (kStats) {
-      const float nk = tile_chunk_count(p, k) * P, d = v.x - shift;
-      s[0] += nk * d;
-      s[1] += v.y + nk * d * d;
+      shifted_add(tile_chunk_count(p, k) * P, v.x, v.y, shift, s[0], s[1]);
     } else {
       s[0] += v.x;
       s[1] += v.y;
@@ -300,13 +298,7 @@ __device__ __forceinline__ void merge_column(const NjParams& p, const TileUnit& 
   if (threadIdx.x == 0) {
     float t[2] = {0.f, 0.f};
     for (int w = 0; w < NJ_WARPS; ++w) t[0] += smem[w], t[1] += smem[NJ_WARPS + w];
-    if (kStats) {
-      const float inv_n = inv_extent(p) / P;  // exact: P is a power of two
-      const float mean = shift + t[0] * inv_n;
-      float m2 = t[1] - t[0] * t[0] * inv_n;
-      if (m2 < 0.f) m2 = 0.f;  // rounding; a NaN stays NaN
-      t[0] = mean, t[1] = m2;
-    }
+    if (kStats) shifted_result(shift, t[0], t[1], inv_extent(p) / P, t[0], t[1]);  // exact: P is a power of two
     __stcg(reinterpret_cast<float2*>(merged_pairs(p, u, inst) + 2 * col), make_float2(t[0], t[1]));
   }
   __syncthreads();  // smem is reused
@@ -321,11 +313,8 @@ __device__ __forceinline__ void merged_arrive_and_wait(const NjParams& p, idx_t 
 
 // Every CTA reads every chunk's pairs of its own columns: rows of the CTA read different chunks
 // in parallel, two chunks in flight, and column_sum adds them in a fixed order. kStats: the
-// chunks' (mean_k, M2_k) merge in one pass about a shift s = chunk 0's mean (as the resident
-// split does): with d_k = mean_k - s, S1 = sum n_k d_k and S2 = sum (M2_k + n_k d_k^2), mean =
-// s + S1 / n and M2 = S2 - S1^2 / n. The shift bounds the cancellation when mean >> std
-// (n (mean - s)^2 <= (n / n_0) M2). A chunk counts n_k rows of P positions (P = 1 unless flat).
-// Else (a, b) are sums and add.
+// chunks' (mean_k, M2_k) merge in one pass about chunk 0's mean (shifted_add in common.cuh); a
+// chunk counts n_k rows of P positions (P = 1 unless flat). Else (a, b) are sums and add.
 template <bool kStats>
 __device__ __forceinline__ void merge_all_chunks(const NjParams& p, const TileUnit& u, idx_t inst, float* smem,
                                                  float (&a)[NJ_VEC], float (&b)[NJ_VEC]) {
@@ -344,9 +333,11 @@ __device__ __forceinline__ void merge_all_chunks(const NjParams& p, const TileUn
     const float nk = kStats ? tile_chunk_count(p, k) * P : 1.f;
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) {
-      const float d = ak[j] - shift[j];
-      s1[0][j] += kStats ? nk * d : ak[j];
-      s2[0][j] += kStats ? bk[j] + nk * d * d : bk[j];
+      if (kStats) {
+        shifted_add(nk, ak[j], bk[j], shift[j], s1[0][j], s2[0][j]);
+      } else {
+        s1[0][j] += ak[j], s2[0][j] += bk[j];
+      }
     }
   }
 #if NJ_NSUM == 2  // the backward's shared memory holds both sums at once
@@ -364,9 +355,7 @@ __device__ __forceinline__ void merge_all_chunks(const NjParams& p, const TileUn
 #pragma unroll
   for (int j = 0; j < NJ_VEC; ++j) {
     if (kStats) {
-      a[j] = shift[j] + s1[0][j] * inv_n;
-      b[j] = s2[0][j] - s1[0][j] * s1[0][j] * inv_n;
-      if (b[j] < 0.f) b[j] = 0.f;  // rounding; a NaN stays NaN
+      shifted_result(shift[j], s1[0][j], s2[0][j], inv_n, a[j], b[j]);
     } else {
       a[j] = s1[0][j], b[j] = s2[0][j];
     }
