@@ -166,6 +166,11 @@ int ring_stage_cap() {
   return cap;
 }
 
+int nhwc_backward_items_override() {
+  static const int items = env_int_in("NORMJIT_NHWC_BWD_ITEMS", 1, 8, 0);
+  return items;
+}
+
 bool output_pass_reversed() {
   // The output pass re-reads what the statistics pass read; starting with the tiles read last
   // turns the L2-resident tail of a unit larger than L2 into hits (NDHWC). The NCDHW kernels keep
@@ -427,6 +432,29 @@ KernelConfig nhwc_config(const NhwcGeometry& g, int threads, int items, int min_
   return make_config(threads, g.flat ? 0 : g.lanes, items, g.vec, min_blocks, cached, index64, stages, false, g.flat);
 }
 
+// Vectors per thread and tile of the streamed channels-last split. The backward holds its tiles in
+// registers (x, dy and, under an activation, the residual; the next tile's loads in flight beside
+// this one's) together with 8 channels' mean, rstd, weight, bias and two sums, under the 128
+// registers of two CTAs of 256 per SM. Four vectors spill wherever the tile or the epilogue grows
+// (ptxas, CUDA 13.0, sm_90, bytes a thread: fp16 with an activation 44-112, bf16 124-504, with a
+// residual 1094-1648; fp32 with a residual 28-44), and a spill inside the tile loop is costly:
+// measured on the H200, (2,32,128^3) backward with leaky_relu and a residual 2030 us (fp16) and
+// 2994 us (bf16) at 4 vectors against 539 (fp16, 2 vectors) and 576 (bf16, 1: 637 at 2, which
+// still spills 20-52 bytes); bf16 without an epilogue 449 at 4, 335 at 3; fp16 with leaky_relu 381
+// at 4, 336 at 3. Hence the most vectors that compile without a spill (tests/cpp:
+// Cli.ChannelsLastBackwardDoesNotSpill checks it).
+int nhwc_streamed_items(const FusionKey& f) {
+  if (f.direction != Direction::backward) return kBoundedItems;
+  if (const int forced = nhwc_backward_items_override()) return forced;
+  const bool act = f.activation != Activation::identity;
+  const bool residual = act && f.residual;  // the backward reads the residual only under an activation
+  switch (f.dtype) {
+    case DType::f32: return residual ? 3 : 4;
+    case DType::bf16: return residual ? 1 : act ? 2 : 3;
+    default: return residual ? 2 : act ? 3 : 4;
+  }
+}
+
 // A CTA of `threads` per (n, channel tile) holding all positions in registers; threads == 0 when
 // they do not fit.
 Launch nhwc_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy, int threads) {
@@ -452,8 +480,9 @@ Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& de
   const int64_t insts = s.N * g.tiles;
   const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
   const int64_t resident = int64_t(dev.sms) * mb;
-  l.config = nhwc_config(g, kNhwcSplitThreads, kBoundedItems, mb, cached, needs_index64(s),
-                         cached ? 0 : ring_stages(f, kNhwcSplitThreads, kBoundedItems, g.vec, mb, dev));
+  const int items = cached ? kBoundedItems : nhwc_streamed_items(f);
+  l.config = nhwc_config(g, kNhwcSplitThreads, items, mb, cached, needs_index64(s),
+                         cached ? 0 : ring_stages(f, kNhwcSplitThreads, items, g.vec, mb, dev));
   l.chunk_vectors = ceil_div(g.extent, std::max<int64_t>(1, chunks));
   l.chunks = int(ceil_div(g.extent, l.chunk_vectors));
   l.cooperative = f.train && l.chunks > 1;
@@ -473,7 +502,7 @@ int64_t nhwc_streamed_chunks(const FusionKey& f, const ShapeKey& s, const Device
   const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
   const int64_t row_bytes =
       int64_t(g.lanes) * g.vec * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
-  const int64_t tile_rows = int64_t(rows) * kBoundedItems;
+  const int64_t tile_rows = int64_t(rows) * nhwc_streamed_items(f);
   const int64_t budget_rows = std::max<int64_t>(tile_rows, budget_bytes / resident / row_bytes / tile_rows * tile_rows);
   return std::clamp<int64_t>(ceil_div(g.extent, budget_rows), 1, std::max<int64_t>(1, resident / (s.N * g.tiles)));
 }
@@ -488,6 +517,7 @@ int64_t nhwc_streamed_chunks(const FusionKey& f, const ShapeKey& s, const Device
 constexpr int64_t kNhwcMinChunkTiles = 2;
 int64_t nhwc_default_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
   const NhwcGeometry g = nhwc_geometry(f, s);
+  // In rows of kBoundedItems-vector tiles whatever the kernel's items (the measured chunk size).
   const int64_t tile_rows = int64_t(kNhwcSplitThreads / g.lanes) * kBoundedItems;
   const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
   const int64_t fill = std::min(resident / (s.N * g.tiles), g.extent / (kNhwcMinChunkTiles * tile_rows));
@@ -722,8 +752,9 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
           }
           const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
           if (f.train) out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, true, idx64));
-          out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, idx64,
-                                    ring_stages(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev)));
+          const int items = nhwc_streamed_items(f);
+          out.push_back(make_config(kNhwcSplitThreads, lanes, items, vec, mb, false, idx64,
+                                    ring_stages(f, kNhwcSplitThreads, items, vec, mb, dev)));
         }
     // Flat (16-byte vectors, lanes at run time): the same tiers and splits, one config each.
     NhwcGeometry flat;
@@ -736,8 +767,9 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
             out.push_back(nhwc_config(flat, threads, items, nhwc_min_blocks(threads, dev), true, idx64, 0));
       const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
       if (f.train) out.push_back(nhwc_config(flat, kNhwcSplitThreads, kBoundedItems, mb, true, idx64, 0));
-      out.push_back(nhwc_config(flat, kNhwcSplitThreads, kBoundedItems, mb, false, idx64,
-                                ring_stages(f, kNhwcSplitThreads, kBoundedItems, flat.vec, mb, dev)));
+      const int items = nhwc_streamed_items(f);
+      out.push_back(nhwc_config(flat, kNhwcSplitThreads, items, mb, false, idx64,
+                                ring_stages(f, kNhwcSplitThreads, items, flat.vec, mb, dev)));
     }
   } else {
   for (int vec = 16 / es; vec >= 1; vec /= 2) {

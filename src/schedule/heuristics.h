@@ -52,6 +52,10 @@ int resident_threads_override();
 // Most tiles of a streamed kernel's cp.async ring (2-8; NORMJIT_RING_STAGES, default 3), as the
 // shared memory allows. Read once per process.
 int ring_stage_cap();
+// Vectors a thread streams per tile in the channels-last streamed backward, forced for
+// measurements (NORMJIT_NHWC_BWD_ITEMS, 1-8), 0 where unset (nhwc_streamed_items chooses per
+// fusion). Read once per process.
+int nhwc_backward_items_override();
 
 struct Launch {
   KernelConfig config = zeroed<KernelConfig>();

@@ -385,4 +385,34 @@ TEST(Cli, ExtraNvrtcOptions) {
   EXPECT_EQ(shell(env + "NORMJIT_NVRTC_OPTIONS='--bogus-option' " + warmup, &out), 1) << out;
   EXPECT_NE(out.find("--bogus-option"), std::string::npos) << out;
 }
+// The channels-last streamed backward holds its tiles in registers; the heuristics give each
+// fusion as many vectors a tile as compile without spilling (nhwc_streamed_items), because a spill
+// in the tile loop cost up to 6x on the H200 (docs/PERF_NOTES.md, session 10). ptxas -v reports
+// every kernel's spill stores: none for the 16-byte-vector kernels (C = 32), and a few bytes at
+// most for the flat ones (C = 30: silu and sigmoid spill 4-20 bytes outside the loop), for every
+// dtype and activation, with and without a residual.
+TEST(Cli, ChannelsLastBackwardDoesNotSpill) {
+  std::string why;
+  if (!driver::try_nvrtc(&why)) GTEST_SKIP() << "NVRTC is not available here: " << why;
+  TempDir cache;
+  const std::string env = "NORMJIT_CACHE_DIR=" + cache.path() + " NORMJIT_NVRTC_OPTIONS='--ptxas-options=-v' ";
+  for (const char* dtype : {"f16", "bf16", "f32"})
+    for (const char* act : {"identity", "relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"})
+      for (const char* residual : {"", " --residual"})
+        for (const char* shape : {"2x32x128x128x128", "2x30x128x128x128"}) {
+          const std::string fusion = std::string(dtype) + " " + act + residual + " " + shape;
+          SCOPED_TRACE(fusion);
+          std::string out;
+          ASSERT_EQ(shell(env + NORMJIT_CLI_PATH + " warmup --quiet --layout ndhwc --direction bwd --dtype " + dtype +
+                              " --activation " + act + residual + " " + shape,
+                          &out),
+                    0)
+              << out;
+          const size_t at = out.find(" bytes spill stores");
+          ASSERT_NE(at, std::string::npos) << out;
+          const size_t begin = out.find_last_not_of("0123456789", at - 1) + 1;
+          const int spilled = std::stoi(out.substr(begin, at - begin));
+          EXPECT_LE(spilled, std::string(shape) == "2x32x128x128x128" ? 0 : 32) << out;
+        }
+}
 #endif
