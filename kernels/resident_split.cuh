@@ -100,12 +100,17 @@ __device__ __forceinline__ void resident_publish(const NjParams& p, const Unit& 
 
 // Thread j < chunks reads chunk j's pair of u's instance: first a look that may find words of an
 // earlier launch (issued early, so its latency overlaps other work), then resident_settle polls
-// until both carry the tag. The host keeps chunks <= NJ_THREADS. Other threads get (0, 0).
+// until both carry the tag. Other threads get (0, 0). The forward merges (mean, M2) pairs about a
+// shift, one chunk a thread: the host keeps chunks <= NJ_THREADS. The backward's pairs are plain
+// sums, so thread j also adds chunk j + NJ_THREADS (`a2`, `b2`): up to 2 * NJ_THREADS chunks, which
+// lets the backward run two CTAs of 256 per SM (resident_merge_capacity on the host).
 // The forward's threads all also read chunk 0's first word (`first`, one request per warp): the
 // shift of its merge (forward_resident), which every thread must know before the one CTA sum.
 struct TaggedPair {
   nj_u64 a, b;
-#if !NJ_BACKWARD
+#if NJ_BACKWARD
+  nj_u64 a2, b2;
+#else
   nj_u64 first;
 #endif
 };
@@ -116,7 +121,13 @@ __device__ __forceinline__ TaggedPair resident_peek(const NjParams& p, const Uni
     t.a = nj_load_relaxed(w);
     t.b = nj_load_relaxed(w + 1);
   }
-#if !NJ_BACKWARD
+#if NJ_BACKWARD
+  if (u.active && threadIdx.x + NJ_THREADS < p.chunks) {
+    const nj_u64* w = resident_words(p, u.instance, threadIdx.x + NJ_THREADS);
+    t.a2 = nj_load_relaxed(w);
+    t.b2 = nj_load_relaxed(w + 1);
+  }
+#else
   if (u.active) t.first = nj_load_relaxed(resident_words(p, u.instance, 0));
 #endif
   return t;
@@ -142,6 +153,13 @@ __device__ __forceinline__ void resident_settle(const NjParams& p, const Unit& u
   t.b = resident_poll(w + 1, tag, t.b);
   a = value_of(t.a);
   b = value_of(t.b);
+#if NJ_BACKWARD
+  if (threadIdx.x + NJ_THREADS < p.chunks) {  // chunk j + NJ_THREADS, added in this fixed order
+    const nj_u64* w2 = resident_words(p, u.instance, threadIdx.x + NJ_THREADS);
+    a += value_of(resident_poll(w2, tag, t.a2));
+    b += value_of(resident_poll(w2 + 1, tag, t.b2));
+  }
+#endif
 }
 
 // The last CTA of the launch (all its threads, after last_cta_arrive): the generation for the next

@@ -90,15 +90,23 @@ bool resident_possible(const FusionKey& f, int vec, const DeviceProfile& dev, in
 // polls overlap the other's loads and stores; measured on the H200 (fp16 forward, against one CTA
 // of 512, two A/B runs): (2,32,128^3) 170 -> 163-165 us, (2,32,80,192,160) 199 -> 185-188,
 // (2,64,64^3) 52.4 -> 48.2-49.1, (2,30,128^3) 161 -> 155.
-// Its limit is 256 chunks an instance (thread j merges chunk j), so larger instances take the
-// CTA of 512 (up to 512 chunks). The backward keeps one CTA of 512: at 256 its slots hold 3
-// vectors of x and dy a thread, too many chunks for (2,32,128^3) (it then streams: fwd+bwd 468 ->
-// 492 us), and with 3 slots it measured slower (494 us). NORMJIT_RESIDENT_THREADS=256|512 takes
-// one size for both directions, for measurements.
+// The forward's limit is 256 chunks an instance (thread j merges chunk j), so larger instances
+// take the CTA of 512. The backward merges plain sums, two chunks a thread (up to 512 chunks at
+// 256: resident_merge_capacity), and takes two CTAs of 256 too; measured on the H200 (backward
+// kernel, µs, fp16 unless noted; session 10): (2,32,128^3) 297-299 at 512, 299-300 at 256, bf16
+// 313 -> 305; (2,64,64^3) 83 streamed, 87.5 resident at 512, 75.4 resident at 256 (hence the
+// lower step count in resident_backward_pays at 256); (2,32,80,192,160) 359 streamed, 366 at 512,
+// 399 at 256 (400 chunks: it streams). NORMJIT_RESIDENT_THREADS=256|512 takes one size for both
+// directions, for measurements.
+// The most chunks an instance of the resident split may have at `threads` a CTA: thread j merges
+// chunk j, and in the backward (plain sums) also chunk j + threads (resident_split.cuh).
+int64_t resident_merge_capacity(const FusionKey& f, int threads) {
+  return int64_t(threads) * (f.direction == Direction::backward ? 2 : 1);
+}
+
 std::vector<int> resident_thread_choices(const FusionKey& f) {
   if (const int forced = resident_threads_override()) return {forced};
-  if (f.direction == Direction::forward) return {256, 512};
-  return {512};
+  return {256, 512};
 }
 
 int items_for(Policy policy, int64_t nvec, int group) {
@@ -275,8 +283,9 @@ ResidentPlan resident_plan(const FusionKey& f, const ShapeKey& s, const DevicePr
     if (!resident_possible(f, vec, dev, threads)) continue;
     const int64_t chunks = ceil_div(nvec, int64_t(threads) * resident_items(f, dev, threads));
     const int64_t grid = resident_grid(dev, threads, s.N * s.C * chunks);
-    // Thread j of a CTA reads chunk j's partials (resident_split.cuh): chunks <= threads.
-    if (chunks < 2 || chunks > threads || chunks - 1 > int64_t(resident_slots() - 2) * grid) continue;
+    if (chunks < 2 || chunks > resident_merge_capacity(f, threads) ||
+        chunks - 1 > int64_t(resident_slots() - 2) * grid)
+      continue;
     return {threads, chunks};
   }
   return {};
@@ -290,12 +299,15 @@ ResidentPlan resident_plan(const FusionKey& f, const ShapeKey& s, const DevicePr
 // Mechanisms: an instance of more chunks than ~1.4 grids more often spans three steps, and the
 // output of its first chunks then waits for a peer's statistics of the same step (no slack); with
 // few steps the pipeline's fill and drain (3 steps) weigh more. The thresholds lie between the
-// measured points. The forward, with 2.3x larger chunks, always pays (PERF_NOTES.md).
+// measured points. At two CTAs of 256 per SM a step is half as long and one CTA's merge overlaps
+// the other's loads: (2,64,64^3), 43 chunks in 21 steps, measured 75 us resident against 83
+// streamed (resident_thread_choices), so there 16 steps suffice (not measured below 21). The
+// forward, with 2.3x larger chunks, always pays (PERF_NOTES.md).
 bool resident_backward_pays(const ShapeKey& s, const ResidentPlan& plan, const DeviceProfile& dev) {
   const int64_t chunks = plan.chunks;
   const int64_t units = s.N * s.C * chunks;
   const int64_t grid = resident_grid(dev, plan.threads, units);
-  return ceil_div(units, grid) >= 48 && chunks * 10 <= grid * 14;
+  return ceil_div(units, grid) >= (plan.threads == 256 ? 16 : 48) && chunks * 10 <= grid * 14;
 }
 
 KernelConfig resident_config(const FusionKey& f, const DeviceProfile& dev, int threads, int vec, bool index64) {
@@ -591,7 +603,8 @@ bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const De
                         (!l.config.resident && l.grid % l.chunks != 0)))
     return false;
   // The resident split: one chunk per slot, and its deadlock-freedom condition (resident_split.cuh).
-  if (l.config.resident && (cv > int64_t(l.config.threads) * l.config.items || l.chunks > l.config.threads ||
+  if (l.config.resident && (cv > int64_t(l.config.threads) * l.config.items ||
+                            l.chunks > resident_merge_capacity(f, l.config.threads) ||
                             l.chunks - 1 > int64_t(l.config.stages - 2) * l.grid || l.exchange < 1))
     return false;
   if (l.chunks > 1 && f.train && !l.cooperative) return false;

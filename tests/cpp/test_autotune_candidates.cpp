@@ -69,7 +69,9 @@ std::string problem(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
     // One chunk per slot, and the pipeline's deadlock-freedom condition (kernels/resident_split.cuh).
     if (l.chunk_vectors > int64_t(l.config.threads) * l.config.items) return "resident chunk larger than a slot";
     if (l.chunks - 1 > int64_t(l.config.stages - 2) * l.grid) return "resident instance spans too many steps";
-    if (l.chunks > l.config.threads) return "more resident chunks than threads to read their partials";
+    // Thread j merges chunk j; the backward's (plain sums) also chunk j + threads.
+    const int64_t merged = int64_t(l.config.threads) * (f.direction == Direction::backward ? 2 : 1);
+    if (l.chunks > merged) return "more resident chunks than its threads merge";
     if (!l.cooperative || l.config.cached || !f.train) return "resident split without co-residency or training";
   }
   if (l.config.cached && f.train) {

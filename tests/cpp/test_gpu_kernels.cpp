@@ -130,6 +130,9 @@ TEST(GpuKernelsResident, EdgeShapesMatchDoubleReference) {
       {{1, 3, 8, 405505}, DType::f16, false},                              // backward: 2 * 132 + 1 chunks
       {{1, 1, 8, edge}, DType::f16, false, false},                         // forward: 2 * sms + 1 chunks (512)
       {{1, 2, 8, edge256}, DType::f16, false, true, A::leaky_relu},        // forward: 256 chunks (256)
+      // backward at two CTAs of 256 (3 vectors a thread), whose threads merge two chunks each:
+      {{1, 2, 8, 393216}, DType::f16, false},  // 512 chunks, the most a CTA of 256 merges
+      {{1, 3, 8, 300001}, DType::bf16, false, true, A::leaky_relu, true},  // 391, the last one partial
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::PrintToString(c));
