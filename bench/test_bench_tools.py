@@ -20,6 +20,7 @@ import bench_cold_start as bcs  # noqa: E402
 import bench_policy as bp  # noqa: E402
 import benchlib as bl  # noqa: E402
 import cold_start_child  # noqa: E402
+import kernel_times  # noqa: E402
 import report  # noqa: E402
 from test_benchlib import _raises, fake_kernel_doc  # noqa: E402
 
@@ -509,6 +510,27 @@ def test_console_fits_with_every_benchmark():
             "cold_start": fake_cold_doc()}
     console = report.console_summary(docs)
     assert len(console) < 10_500, len(console)
+
+
+def test_kernel_times_args():
+    a = kernel_times.parse_args(["--shapes", "2,32,8,8,8", "1,4,5,6,7", "--dtypes", "bf16,fp32",
+                                 "--layouts", "ndhwc", "--modes", "bwd", "--activation", "none"])
+    assert a.shapes == [(2, 32, 8, 8, 8), (1, 4, 5, 6, 7)]
+    assert a.dtypes == ["bf16", "fp32"] and a.layouts == ["ndhwc"] and a.modes == ["bwd"]
+    assert a.activation is None and not a.residual
+    for bad in (["--dtypes", "fp64"], ["--layouts", "nchw"], ["--modes", "both"], ["--shapes", "2,x"]):
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "kernel_times.py"), *bad],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and "expected" in proc.stderr, (bad, proc.stderr)
+
+
+def test_kernel_times_without_gpu():
+    """No GPU: a clear message and exit status 2, not a traceback."""
+    if not _torch_cpu_only():
+        return
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "kernel_times.py"), "--modes", "bwd"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stdout + proc.stderr
 
 
 if __name__ == "__main__":
