@@ -5,9 +5,10 @@
 // Why: the other splits run in rounds in lockstep. Every CTA of a round loads, reduces, waits at
 // the exchange for the slowest of its ~43 peers and only then writes; the memory system idles at
 // every exchange (measured on the H200: the L2-streamed split moved 2.4-2.7 TB/s of DRAM traffic
-// against a 4.25 TB/s copy, its traffic near ideal). Here every CTA (two of 256 threads per SM for
-// the forward, one of 512 for the backward: their slots take most of the shared memory; the host
-// says why, resident_thread_choices) walks its chunks as a software pipeline of NJ_STAGES slots:
+// against a 4.25 TB/s copy, its traffic near ideal). Here every CTA (two of 256 threads per SM, or
+// one of 512 for instances of more chunks than those merge: their slots take most of the shared
+// memory; the host says why, resident_thread_choices) walks its chunks as a software pipeline of
+// NJ_STAGES slots:
 //
 //   step s:  A  start loading chunk s into slot s % NJ_STAGES                     (cp.async)
 //               and the partials of chunk s-L's instance (L = NJ_STAGES - 1)
