@@ -85,6 +85,12 @@ bool resident_possible(const FusionKey& f, int vec, const DeviceProfile& dev, in
          resident_items(f, dev, threads) >= 1;
 }
 
+// The most chunks an instance of the resident split may have at `threads` a CTA: thread j merges
+// chunk j, and in the backward (plain sums) also chunk j + threads (resident_split.cuh).
+int64_t resident_merge_capacity(const FusionKey& f, int threads) {
+  return int64_t(threads) * (f.direction == Direction::backward ? 2 : 1);
+}
+
 // The CTA sizes the resident split tries, preferred first. The forward: two CTAs of 256 per SM,
 // each with half the SM's slots (twice the chunks), so that one CTA's reductions, barriers and
 // polls overlap the other's loads and stores; measured on the H200 (fp16 forward, against one CTA
@@ -98,13 +104,7 @@ bool resident_possible(const FusionKey& f, int vec, const DeviceProfile& dev, in
 // lower step count in resident_backward_pays at 256); (2,32,80,192,160) 359 streamed, 366 at 512,
 // 399 at 256 (400 chunks: it streams). NORMJIT_RESIDENT_THREADS=256|512 takes one size for both
 // directions, for measurements.
-// The most chunks an instance of the resident split may have at `threads` a CTA: thread j merges
-// chunk j, and in the backward (plain sums) also chunk j + threads (resident_split.cuh).
-int64_t resident_merge_capacity(const FusionKey& f, int threads) {
-  return int64_t(threads) * (f.direction == Direction::backward ? 2 : 1);
-}
-
-std::vector<int> resident_thread_choices(const FusionKey& f) {
+std::vector<int> resident_thread_choices() {
   if (const int forced = resident_threads_override()) return {forced};
   return {256, 512};
 }
@@ -279,7 +279,7 @@ struct ResidentPlan {
 ResidentPlan resident_plan(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
   const int vec = vector_width(s, f.dtype, f.layout);
   const int64_t nvec = s.spatial / vec;
-  for (int threads : resident_thread_choices(f)) {
+  for (int threads : resident_thread_choices()) {
     if (!resident_possible(f, vec, dev, threads)) continue;
     const int64_t chunks = ceil_div(nvec, int64_t(threads) * resident_items(f, dev, threads));
     const int64_t grid = resident_grid(dev, threads, s.N * s.C * chunks);
@@ -459,7 +459,7 @@ int nhwc_streamed_items(const FusionKey& f) {
   if (f.direction != Direction::backward) return kBoundedItems;
   if (const int forced = nhwc_backward_items_override()) return forced;
   const bool act = f.activation != Activation::identity;
-  const bool residual = act && f.residual;  // the backward reads the residual only under an activation
+  const bool residual = ring_tensors(f) == 3;  // x, dy and the residual (read only under an activation)
   switch (f.dtype) {
     case DType::f32: return residual ? 3 : 4;
     case DType::bf16: return residual ? 1 : act ? 2 : 3;
@@ -801,7 +801,7 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
       if (f.train) out.push_back(make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, true, idx64));
       out.push_back(make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, false, idx64,
                                 ring_stages(f, kSplitThreads, kBoundedItems, vec, mb, dev)));
-      for (int threads : resident_thread_choices(f))
+      for (int threads : resident_thread_choices())
         if (resident_possible(f, vec, dev, threads)) out.push_back(resident_config(f, dev, threads, vec, idx64));
     }
   }

@@ -385,6 +385,7 @@ TEST(Cli, ExtraNvrtcOptions) {
   EXPECT_EQ(shell(env + "NORMJIT_NVRTC_OPTIONS='--bogus-option' " + warmup, &out), 1) << out;
   EXPECT_NE(out.find("--bogus-option"), std::string::npos) << out;
 }
+
 // The channels-last streamed backward holds its tiles in registers; the heuristics give each
 // fusion as many vectors a tile as compile without spilling (nhwc_streamed_items), because a spill
 // in the tile loop cost up to 6x on the H200 (docs/PERF_NOTES.md, session 10). ptxas -v reports
@@ -408,11 +409,15 @@ TEST(Cli, ChannelsLastBackwardDoesNotSpill) {
                           &out),
                     0)
               << out;
-          const size_t at = out.find(" bytes spill stores");
-          ASSERT_NE(at, std::string::npos) << out;
-          const size_t begin = out.find_last_not_of("0123456789", at - 1) + 1;
-          const int spilled = std::stoi(out.substr(begin, at - begin));
-          EXPECT_LE(spilled, std::string(shape) == "2x32x128x128x128" ? 0 : 32) << out;
+          // Every kernel the warm-up compiled (one per shape and fusion) reports its spills.
+          const std::string what = " bytes spill stores";
+          int reports = 0;
+          for (size_t at = out.find(what); at != std::string::npos; at = out.find(what, at + 1), ++reports) {
+            const size_t begin = out.find_last_not_of("0123456789", at - 1) + 1;
+            const int spilled = std::stoi(out.substr(begin, at - begin));
+            EXPECT_LE(spilled, std::string(shape) == "2x32x128x128x128" ? 0 : 32) << out;
+          }
+          EXPECT_GE(reports, 1) << out;
         }
 }
 #endif
