@@ -293,6 +293,18 @@ __device__ __forceinline__ void group_merge_stats(float n, float mean_t, float m
   m2 = q[0];
 }
 
+// v / d for an index v >= 0, d = the divisor `by` was built for (params.h's nj_divide: a multiply
+// instead of a division on 32-bit index builds; 64-bit builds divide, they are rare).
+__device__ __forceinline__ idx_t quotient(idx_t v, nj_i64 d, NjDivisor by) {
+#if NJ_INDEX64
+  (void)by;
+  return v / (idx_t)d;
+#else
+  (void)d;
+  return (idx_t)nj_divide((unsigned)v, by);
+#endif
+}
+
 #if NJ_GROUP > 0  // (the flat channels-last kernels set their lanes at run time: NJ_GROUP 0)
 // ---------------------------------------------------------------- work decomposition (NCDHW)
 // A unit is one chunk of one instance. The grid's groups walk the units in rounds; every thread
@@ -314,13 +326,16 @@ __device__ __forceinline__ Unit make_unit(const NjParams& p, idx_t round) {
   Unit u;
   u.active = unit < units;
   const idx_t safe = u.active ? unit : 0;
-  u.instance = safe / p.chunks;
-  u.chunk = (int)(safe % p.chunks);
+  u.instance = quotient(safe, p.chunks, p.by_chunks);
+  u.chunk = (int)(safe - u.instance * p.chunks);
 #if NJ_BACKWARD
-  if (p.channel_major) u.instance = (u.instance % p.N) * p.C + u.instance / p.N;  // unit = c * N + n
+  if (p.channel_major) {  // unit = c * N + n
+    const idx_t c = quotient(u.instance, p.N, p.by_n);
+    u.instance = (u.instance - c * p.N) * p.C + c;
+  }
 #endif
-  const idx_t n = u.instance / p.C;
-  u.channel = u.instance % p.C;
+  const idx_t n = quotient(u.instance, p.C, p.by_c);
+  u.channel = u.instance - n * p.C;
   u.base = n * (idx_t)p.stride_n + u.channel * (idx_t)p.stride_c;
   const idx_t nvec = (idx_t)p.spatial / NJ_VEC;
   u.v_begin = (idx_t)u.chunk * p.chunk_vectors;

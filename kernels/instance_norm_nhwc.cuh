@@ -92,8 +92,8 @@ __device__ __forceinline__ TileUnit make_tile_unit(const NjParams& p, idx_t roun
 #endif
   u.active = unit < units;
   const idx_t safe = u.active ? unit : 0;
-  const idx_t inst = safe / p.chunks;
-  u.chunk = (int)(safe % p.chunks);
+  const idx_t inst = quotient(safe, p.chunks, p.by_chunks);
+  u.chunk = (int)(safe - inst * p.chunks);
   u.n = inst / channel_tiles(p);
   u.tile = inst % channel_tiles(p);
   u.c0 = u.tile * tile_width(u) + (idx_t)thread_lane(u) * NJ_VEC;

@@ -10,6 +10,36 @@ typedef int64_t nj_i64;
 typedef long long nj_i64;
 #endif
 
+// Division by a run-time constant as a multiply-high, add and shift (Granlund and Montgomery's
+// round-up method): the kernels split a unit index into (instance, chunk) and an instance into
+// (n, c) every pipeline step, and a hardware-less integer division costs ~25 dependent
+// instructions on the step's chain. Exact for every n < 2^31 and 1 <= d < 2^31; nj_divisor() on
+// the host builds it, nj_divide() is the same expression on both sides (tests/cpp checks it).
+struct NjDivisor {
+  unsigned mul;
+  unsigned shift;
+};
+#ifdef NJ_DEVICE_CODE
+__device__ __forceinline__
+#else
+inline
+#endif
+unsigned nj_divide(unsigned n, NjDivisor d) {
+  const unsigned high = (unsigned)(((unsigned long long)n * d.mul) >> 32);
+  return (high + n) >> d.shift;  // high <= n < 2^31: no overflow
+}
+#ifndef NJ_DEVICE_CODE
+// d in [1, 2^31); anything else gives a divisor that nj_divide must not be used with (the kernels
+// then divide by hardware: 64-bit index builds).
+inline NjDivisor nj_divisor(int64_t d) {
+  if (d < 1 || d >= (int64_t(1) << 31)) return {0u, 0u};
+  unsigned shift = 0;
+  while ((int64_t(1) << shift) < d) ++shift;  // ceil(log2 d)
+  const uint64_t mul = ((uint64_t(1) << 32) * ((uint64_t(1) << shift) - uint64_t(d))) / uint64_t(d) + 1;
+  return {unsigned(mul), shift};
+}
+#endif
+
 struct NjParams {
   // Tensors. x/y/residual/dy/dx share one layout; see the stride fields below.
   const void* x;
@@ -46,6 +76,7 @@ struct NjParams {
   // configuration only bounds them).
   int chunks;              // CTAs cooperating on one instance (1 = no cross-CTA exchange)
   int chunk_vectors;       // vectors each chunk covers (the last may cover fewer)
+  NjDivisor by_chunks, by_n, by_c;  // nj_divisor(chunks), (N), (C): see nj_divide
 
   float eps;
   float momentum;

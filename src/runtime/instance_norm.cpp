@@ -150,6 +150,7 @@ void fill_shape(NjParams& p, const Geometry& g) {
   p.N = g.N, p.C = g.C, p.spatial = g.spatial;
   p.stride_n = g.stride_n, p.stride_c = g.stride_c, p.stride_s = g.stride_s;
   p.inv_spatial = 1.f / float(g.spatial);
+  p.by_n = nj_divisor(g.N), p.by_c = nj_divisor(g.C);
 }
 
 // -------------------------------------------------------------------------------- L1: plans
@@ -215,6 +216,7 @@ void launch_plan(const Plan& plan, int device, NjParams& params, void* stream) {
     params.exchange_words = w.exchange_words;
   }
   params.chunks = plan.chunks;
+  params.by_chunks = nj_divisor(plan.chunks);
   params.chunk_vectors = plan.chunk_vectors;
   params.channel_major = plan.channel_major;
   params.reverse_output = plan.reverse_output;
@@ -343,6 +345,7 @@ void forward_host_path_for_benchmark(const ForwardArgs& a, void* params_out) {
   p.eps = float(a.eps);
   fill_shape(p, k.geometry);
   p.chunks = plan.chunks;
+  p.by_chunks = nj_divisor(plan.chunks);
   p.chunk_vectors = plan.chunk_vectors;
 }
 
