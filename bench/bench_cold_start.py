@@ -274,7 +274,7 @@ def levels_summary(results: list[dict]) -> dict | None:
 
 
 def levels_table(lv: dict) -> str:
-    """The README's 'What each level costs' table, measured."""
+    """The README's 'What each cache level costs' table, measured."""
     t, ms = bl.fmt_time, bl.fmt_float
     n = lv.get("samples") or {}
     cleared = (f"; {ms(lv.get('l2_miss_cleared_ms'), 3)} ms after clear_memory_caches() in the "
