@@ -14,6 +14,12 @@
 # commas ("NORMJIT_RESIDENT_THREADS=256,NORMJIT_SPLIT=resident"). ROUNDS (default 2) repeats the
 # whole sequence, so that drift of the GPU shows up as disagreement between rounds rather than as
 # a difference.
+#
+# BENCH=kernel_times times the kernels alone instead (bench/kernel_times.py: a forward or backward
+# kernel without the autograd engine, checked against float64 torch; its arguments then follow
+# BASELINE_SRC_DIR) and ends with OUT/ab_table.md, the median of each variant per kernel beside
+# its ratio to the baseline:
+#   BENCH=kernel_times bench/compare_baseline.sh .baseline --layouts ncdhw --shapes 2,32,128,128,128
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 BASE_SRC=${1:?usage: bench/compare_baseline.sh BASELINE_SRC_DIR [bench args...]}
@@ -39,6 +45,11 @@ run_variant() {  # NAME ROUND PYTHONPATH_PREFIX [ENV=VALUE]
   local cache=$TMP/cache-$name-$round
   rm -rf "$cache"
   echo "=== $name (round $round)"
+  if [ "${BENCH:-}" = kernel_times ]; then
+    env "$@" NORMJIT_CACHE_DIR="$cache" PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" \
+      "$PY" bench/kernel_times.py --tag "$name" "${BENCH_ARGS[@]}" 2>&1 | tee "$OUT/$name-$round.log"
+    return
+  fi
   env "$@" NORMJIT_CACHE_DIR="$cache" PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" \
     "$PY" bench/bench_instance_norm.py --peers normjit --no-plot --out "$TMP/$name-$round" "${BENCH_ARGS[@]}" |
     grep -E '^\| [0-9]' || true
@@ -55,3 +66,6 @@ for round in $(seq 1 "$ROUNDS"); do
     run_variant "new_${e//[^A-Za-z0-9]/_}" "$round" "" "${settings[@]}"
   done
 done
+if [ "${BENCH:-}" = kernel_times ]; then
+  "$PY" bench/kernel_times.py --table "$OUT"/*-[0-9]*.log | tee "$OUT/ab_table.md"
+fi

@@ -35,6 +35,9 @@ def parse_args(argv=None):
     ap.add_argument("--residual", action="store_true", help="add a residual before the activation")
     ap.add_argument("--tag", default="", help="a label printed on every line (the setting under test)")
     ap.add_argument("--no-check", action="store_true", help="skip the float64 check")
+    ap.add_argument("--table", nargs="+", metavar="LOG",
+                    help="no GPU run: read earlier runs' output and print one markdown row per kernel "
+                         "with every tag's median (A/B runs: bench/compare_baseline.sh)")
     args = ap.parse_args(argv)
     for name, allowed in (("dtypes", DTYPES), ("layouts", LAYOUTS), ("modes", MODES)):
         values = getattr(args, name).split(",")
@@ -57,6 +60,53 @@ def relative_error(got, want, skip=None):
     if skip is not None:
         diff[skip] = 0
     return diff.max().item() / max(want.abs().max().item(), 1e-30)
+
+
+def parse_line(line):
+    """One output line -> (tag, config, {"fwd": us, "bwd": us}), or None for other lines."""
+    words = line.split()
+    if len(words) < 6 or not words[4].startswith("act=") or not words[5].startswith("residual="):
+        return None
+    times = {}
+    for i in range(6, len(words) - 2):  # "fwd 163.0 us", "bwd 296.8 us"
+        if words[i] in MODES and words[i + 2] == "us":
+            try:
+                times[words[i]] = float(words[i + 1])
+            except ValueError:
+                return None
+    return (words[0], " ".join(words[1:6]), times) if times else None
+
+
+def ab_table(lines):
+    """Markdown: a row per (kernel config, mode), a column per tag in order of appearance, each the
+    median of that tag's runs, then each tag's ratio to the first tag's."""
+    runs, tags = {}, []
+    for line in lines:
+        parsed = parse_line(line)
+        if parsed is None:
+            continue
+        tag, config, times = parsed
+        if tag not in tags:
+            tags.append(tag)
+        for mode, us in times.items():
+            runs.setdefault((config, mode), {}).setdefault(tag, []).append(us)
+    if not runs:
+        return ""
+
+    def median(v):
+        v = sorted(v)
+        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+    rows = ["| kernel | " + " | ".join(f"{t} (µs)" for t in tags) + "".join(f" | {t} / {tags[0]}" for t in tags[1:]) + " |",
+            "| --- |" + " --- |" * (2 * len(tags) - 1)]
+    for (config, mode), by_tag in runs.items():
+        med = {t: median(v) for t, v in by_tag.items()}
+        cells = [f"{med[t]:.1f}" + (f" ({len(by_tag[t])} runs)" if len(by_tag[t]) > 1 else "") if t in med else "-"
+                 for t in tags]
+        base = med.get(tags[0])
+        ratios = [f"{med[t] / base:.3f}" if base and t in med else "-" for t in tags[1:]]
+        rows.append(f"| {config} {mode} | " + " | ".join(cells + ratios) + " |")
+    return "\n".join(rows) + "\n"
 
 
 def check(torch, F, x, w, b, r, dy, act, slope, outputs):
@@ -84,6 +134,14 @@ def check(torch, F, x, w, b, r, dy, act, slope, outputs):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.table:
+        lines = []
+        for path in args.table:
+            with open(path, encoding="utf-8") as f:
+                lines += f.read().splitlines()
+        table = ab_table(lines)
+        print(table or "kernel_times: no kernel timings in " + ", ".join(args.table), end="" if table else "\n")
+        return 0 if table else 1
     import torch
     import torch.nn.functional as F
 

@@ -533,5 +533,27 @@ def test_kernel_times_without_gpu():
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stdout + proc.stderr
 
 
+def test_kernel_times_ab_table():
+    """--table: the median of each tag's runs per kernel, ratios to the first tag; other lines ignored."""
+    log = "\n".join([
+        "=== base (round 1)",
+        "base             ncdhw 2,32,128,128,128   fp16 act=none residual=0  fwd    163.0 us  bwd    296.0 us",
+        "new              ncdhw 2,32,128,128,128   fp16 act=none residual=0  fwd    160.0 us  bwd    290.0 us"
+        "  error (relative to max) y 1.2e-03, dx/dres 3.4e-03 (0 kink elements left out), dweight 1.1e-06",
+        "base             ncdhw 2,32,128,128,128   fp16 act=none residual=0  fwd    165.0 us  bwd    298.0 us",
+        "base             ncdhw 2,32,128,128,128   fp16 act=none residual=0  fwd    164.0 us  bwd    900.0 us",
+        "new              ndhwc 2,64,64,64,64      bf16 act=leaky_relu residual=1  bwd     99.0 us",
+        "a line that is not a timing: fwd 1 us",
+    ])
+    table = kernel_times.ab_table(log.splitlines()).splitlines()
+    assert table[0] == "| kernel | base (µs) | new (µs) | new / base |", table[0]
+    rows = {r.split(" | ")[0]: r.split(" | ")[1:] for r in table[2:]}
+    assert rows["| ncdhw 2,32,128,128,128 fp16 act=none residual=0 fwd"] == ["164.0 (3 runs)", "160.0", "0.976 |"]
+    assert rows["| ncdhw 2,32,128,128,128 fp16 act=none residual=0 bwd"] == ["298.0 (3 runs)", "290.0", "0.973 |"]
+    assert rows["| ndhwc 2,64,64,64,64 bf16 act=leaky_relu residual=1 bwd"] == ["-", "99.0", "- |"]
+    assert len(rows) == 3
+    assert kernel_times.ab_table(["nothing here"]) == ""
+
+
 if __name__ == "__main__":
     sys.exit(bl.run_test_functions(globals()))
