@@ -585,14 +585,7 @@ Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile&
   return with_workspace(f, s, l);
 }
 
-// ------------------------------------------------------------------ autotune candidates
-namespace {
-
-constexpr size_t kMaxCandidates = 6;
-
-// Whether `l` can be launched as built: grid and chunk sizes fit the launch and the kernel's int
-// parameters, a cooperative grid fits the co-resident CTAs its config guarantees, the chunks of an
-// instance share a round, and the chunks cover the instance (none empty).
+// The kernels' preconditions (heuristics.h).
 bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const DeviceProfile& dev) {
   const int64_t extent = f.layout == Layout::ncdhw ? s.spatial / l.config.vec : nhwc_geometry(f, s).extent;
   const int64_t cv = l.chunk_vectors;
@@ -610,6 +603,11 @@ bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const De
   if (l.chunks > 1 && f.train && !l.cooperative) return false;
   return true;
 }
+
+// ------------------------------------------------------------------ autotune candidates
+namespace {
+
+constexpr size_t kMaxCandidates = 6;
 
 struct CandidateList {
   const FusionKey& f;

@@ -85,6 +85,14 @@ int64_t ring_bytes(const FusionKey& f, const KernelConfig& c);
 
 Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy);
 
+// Whether `l` can be launched as built for this call on `dev`: the kernel's preconditions (grid and
+// chunk sizes fit the launch and the kernel's int parameters, the chunks cover the instance and
+// none is empty, a cooperative grid fits the co-resident CTAs its config guarantees, the chunks of
+// an instance share a round, the resident split's deadlock-freedom condition and merge capacity).
+// choose_launch always returns such a launch (tests/cpp/test_heuristics.cpp checks it on random
+// calls); autotune drops candidates that are not.
+bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const DeviceProfile& dev);
+
 // The launches autotune times for a call (runtime/autotune.h): choose_launch's first, then up to
 // five alternatives that are valid for this shape: larger size tiers that hold the instance, a
 // split held in registers, and for the split tiers other chunk counts (rounds sized to 1/4, 1/2

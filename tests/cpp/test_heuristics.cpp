@@ -1,13 +1,15 @@
 // The heuristics and the per-call validation, offline: vector-width classes, the 64-bit index
 // switch, tier order, split decisions for the big nnU-Net shapes, the bound on kernel configs
 // (every config choose_launch returns over a large random shape stream is one enumerate_configs
-// lists, for both policies and every built-in GPU), zero-size inputs, and the error messages.
+// lists, for both policies and every built-in GPU, and every launch, default or autotune
+// candidate, meets its kernel's preconditions), zero-size inputs, and the error messages.
 // Pointers are fake: the runtime only reads their alignment.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -502,6 +504,7 @@ TEST(Heuristics, EveryChosenConfigIsEnumerated) {
   size_t checked = 0, huge = 0;
   // Distinct (fusion, config) pairs seen, per policy.
   std::vector<std::pair<FusionKey, KernelConfig>> seen[2];
+  std::map<std::string, int> tiers;  // launches checked per size tier
   for (int i = 0; i < 10000; ++i) {
     const int dims = int(r.uniform(1, 3));
     Shape s{r.coin(80) ? r.uniform(1, 4) : random_size(r),
@@ -572,6 +575,17 @@ TEST(Heuristics, EveryChosenConfigIsEnumerated) {
       if (l.cooperative) {
         EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
       }
+      // The kernel's preconditions (a launch that breaks one hangs or computes garbage on the GPU),
+      // for the default and for every launch autotune may time.
+      ++tiers[l.tier];
+      EXPECT_TRUE(launchable(k.fusion, k.shape, l, dev))
+          << "choose_launch returned a launch its kernel cannot run (" << policy_name(p) << ", " << dev.name
+          << "): " << describe(k.fusion) << " / " << describe(l.config) << " " << l.tier << ", chunks " << l.chunks
+          << " of " << l.chunk_vectors << " vectors, grid " << l.grid << ", for N=" << k.shape.N
+          << " C=" << k.shape.C << " spatial=" << k.shape.spatial;
+      if (i % 10 == 0)
+        for (const Launch& c : candidate_launches(k.fusion, k.shape, dev, p))
+          EXPECT_TRUE(launchable(k.fusion, k.shape, c, dev)) << c.tier << " for " << describe(k.fusion);
       auto& v = seen[int(p)];
       if (std::none_of(v.begin(), v.end(), [&](const auto& x) {
             return bytes_equal(x.first, k.fusion) && bytes_equal(x.second, l.config);
@@ -582,9 +596,12 @@ TEST(Heuristics, EveryChosenConfigIsEnumerated) {
   }
   EXPECT_GT(checked, 8000u);
   EXPECT_GT(huge, 100u);
+  EXPECT_GT(tiers["split, resident in shared memory (pipelined)"], 100);  // the sweep reaches the splits
+  EXPECT_GT(tiers["channels-last split, streamed twice"], 100);
   std::printf(
       "[ stream   ] %zu calls checked (%zu past 2^31 elements); distinct (fusion, config): bounded %zu, exact %zu\n",
       checked, huge, seen[0].size(), seen[1].size());
+  for (const auto& [tier, n] : tiers) std::printf("[ stream   ] %6d launches: %s\n", n, tier.c_str());
 }
 
 TEST(Heuristics, BoundedSetSizes) {
