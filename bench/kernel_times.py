@@ -6,7 +6,8 @@
 
 Calls the registered ops (torch.ops.normjit.instance_norm_fwd / _bwd) directly, so a backward is
 timed without the forward or the autograd engine: medians of triton.testing.do_bench, L2 flushed
-before every repetition. Meant for A/B runs of a heuristic or a kernel, one process per setting of
+before every repetition, each with its effective bandwidth (the bytes the kernel must move) and
+its share of a device-to-device copy measured at the start of the run. Meant for A/B runs of a heuristic or a kernel, one process per setting of
 the measurement variables (NORMJIT_RESIDENT_THREADS, NORMJIT_NHWC_BWD_ITEMS, NORMJIT_SPLIT, ...:
 they are read once per process). Every configuration is first checked against float64 torch; near
 an activation's kink (|pre-activation| < 1e-3) a low-precision input can land on the other side,
@@ -16,7 +17,11 @@ benchmark with peers; this is the microscope.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as bl  # noqa: E402
 
 DTYPES = ("fp16", "bf16", "fp32")
 LAYOUTS = ("ncdhw", "ndhwc")
@@ -60,6 +65,23 @@ def relative_error(got, want, skip=None):
     if skip is not None:
         diff[skip] = 0
     return diff.max().item() / max(want.abs().max().item(), 1e-30)
+
+
+def kernel_bytes(shape, dtype, mode, residual, activation):
+    """Bytes the kernel must move at least: the forward reads x (and the residual) and writes y;
+    the backward reads x and dy (and, under an activation, the residual) and writes dx (and
+    d(residual))."""
+    tensors = 2 if mode == "fwd" else 3
+    if residual:
+        tensors += 1 if mode == "fwd" else 1 + (activation is not None)
+    return tensors * bl.numel(shape) * bl.DTYPE_SIZES[dtype]
+
+
+def timing(mode, us, nbytes, copy_tbps):
+    """'bwd 291.0 us (2.77 TB/s, 66 % of copy)': the fields --table reads come first."""
+    rate = bl.tbps(nbytes, us)
+    pct = bl.pct_of(rate, copy_tbps)
+    return f"  {mode} {us:8.1f} us ({rate:.2f} TB/s" + (f", {pct:.0f} % of copy)" if pct is not None else ")")
 
 
 def parse_line(line):
@@ -160,6 +182,8 @@ def main(argv=None) -> int:
         print(f"kernel_times: unknown activation {args.activation!r}", file=sys.stderr)
         return 2
     act, slope = ACTIVATIONS[args.activation], 0.01
+    copy_tbps = bl.copy_bandwidth()["tbps"]
+    print(f"{args.tag:16s} device-to-device copy: {copy_tbps:.2f} TB/s", flush=True)
     fwd = torch.ops.normjit.instance_norm_fwd.default
     bwd = torch.ops.normjit.instance_norm_bwd.default
     dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -182,11 +206,13 @@ def main(argv=None) -> int:
                 if "fwd" in args.modes:
                     t = triton.testing.do_bench(
                         lambda: fwd(x, w, b, r, None, None, True, 0.1, 1e-5, act, slope), return_mode="median")
-                    line += f"  fwd {t * 1e3:8.1f} us"
+                    line += timing("fwd", t * 1e3, kernel_bytes(shape, name, "fwd", r is not None, args.activation),
+                                   copy_tbps)
                 if "bwd" in args.modes:
                     t = triton.testing.do_bench(
                         lambda: bwd(dy, x, w, b, r, mean, rstd, act, slope, mask), return_mode="median")
-                    line += f"  bwd {t * 1e3:8.1f} us"
+                    line += timing("bwd", t * 1e3, kernel_bytes(shape, name, "bwd", r is not None, args.activation),
+                                   copy_tbps)
                 if not args.no_check:
                     y_err, g_err, w_err, kinks = check(torch, F, x, w, b, r, dy, act, slope, (y, dx, dw, dres))
                     line += (f"  error (relative to max) y {y_err:.1e}, dx/dres {g_err:.1e} "

@@ -533,6 +533,23 @@ def test_kernel_times_without_gpu():
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr, proc.stdout + proc.stderr
 
 
+def test_kernel_times_bandwidth():
+    """Bytes each kernel must move, and the timing field --table reads back."""
+    shape = (2, 32, 128, 128, 128)
+    n = 2 * 32 * 128 ** 3
+    assert kernel_times.kernel_bytes(shape, "fp16", "fwd", False, None) == 2 * 2 * n
+    assert kernel_times.kernel_bytes(shape, "fp16", "bwd", False, None) == 3 * 2 * n
+    assert kernel_times.kernel_bytes(shape, "fp32", "fwd", True, "relu") == 3 * 4 * n  # + residual
+    assert kernel_times.kernel_bytes(shape, "bf16", "bwd", True, None) == 4 * 2 * n  # + d(residual)
+    assert kernel_times.kernel_bytes(shape, "bf16", "bwd", True, "relu") == 5 * 2 * n  # + residual read
+    field = kernel_times.timing("bwd", 291.0, 3 * 2 * n, 4.22)
+    assert field == "  bwd    291.0 us (2.77 TB/s, 66 % of copy)", field
+    assert kernel_times.timing("fwd", 163.0, 2 * 2 * n, None).endswith("(3.29 TB/s)")
+    line = "new              ncdhw 2,32,128,128,128   fp16 act=none residual=0" + field
+    assert kernel_times.parse_line(line) == ("new", "ncdhw 2,32,128,128,128 fp16 act=none residual=0", {"bwd": 291.0})
+    assert kernel_times.parse_line("new              device-to-device copy: 4.22 TB/s") is None
+
+
 def test_kernel_times_ab_table():
     """--table: the median of each tag's runs per kernel, ratios to the first tag; other lines ignored."""
     log = "\n".join([
