@@ -7,8 +7,8 @@
 Calls the registered ops (torch.ops.normjit.instance_norm_fwd / _bwd) directly, so a backward is
 timed without the forward or the autograd engine: medians of triton.testing.do_bench, L2 flushed
 before every repetition, each with its effective bandwidth (the bytes the kernel must move) and
-its share of a device-to-device copy measured at the start of the run. Meant for A/B runs of a heuristic or a kernel, one process per setting of
-the measurement variables (NORMJIT_RESIDENT_THREADS, NORMJIT_NHWC_BWD_ITEMS, NORMJIT_SPLIT, ...:
+its share of a device-to-device copy measured at the start of the run. Meant for A/B runs of a
+heuristic or a kernel, one process per setting of the measurement variables (NORMJIT_RESIDENT_THREADS, NORMJIT_NHWC_BWD_ITEMS, NORMJIT_SPLIT, ...:
 they are read once per process). Every configuration is first checked against float64 torch; near
 an activation's kink (|pre-activation| < 1e-3) a low-precision input can land on the other side,
 so those elements are left out of the gradient check and counted. bench_instance_norm.py is the
@@ -71,10 +71,8 @@ def kernel_bytes(shape, dtype, mode, residual, activation):
     """Bytes the kernel must move at least: the forward reads x (and the residual) and writes y;
     the backward reads x and dy (and, under an activation, the residual) and writes dx (and
     d(residual))."""
-    tensors = 2 if mode == "fwd" else 3
-    if residual:
-        tensors += 1 if mode == "fwd" else 1 + (activation is not None)
-    return tensors * bl.numel(shape) * bl.DTYPE_SIZES[dtype]
+    residual_tensors = 0 if not residual else 1 if mode == "fwd" else 1 + (activation is not None)
+    return bl.ideal_bytes(shape, dtype, mode) + residual_tensors * bl.numel(shape) * bl.DTYPE_SIZES[dtype]
 
 
 def timing(mode, us, nbytes, copy_tbps):
@@ -114,15 +112,10 @@ def ab_table(lines):
             runs.setdefault((config, mode), {}).setdefault(tag, []).append(us)
     if not runs:
         return ""
-
-    def median(v):
-        v = sorted(v)
-        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-
     rows = ["| kernel | " + " | ".join(f"{t} (µs)" for t in tags) + "".join(f" | {t} / {tags[0]}" for t in tags[1:]) + " |",
             "| --- |" + " --- |" * (2 * len(tags) - 1)]
     for (config, mode), by_tag in runs.items():
-        med = {t: median(v) for t, v in by_tag.items()}
+        med = {t: bl.median(v) for t, v in by_tag.items()}
         cells = [f"{med[t]:.1f}" + (f" ({len(by_tag[t])} runs)" if len(by_tag[t]) > 1 else "") if t in med else "-"
                  for t in tags]
         base = med.get(tags[0])
@@ -186,12 +179,11 @@ def main(argv=None) -> int:
     print(f"{args.tag:16s} device-to-device copy: {copy_tbps:.2f} TB/s", flush=True)
     fwd = torch.ops.normjit.instance_norm_fwd.default
     bwd = torch.ops.normjit.instance_norm_bwd.default
-    dtypes = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
     for layout in args.layouts:
         for shape in args.shapes:
             for name in args.dtypes:
                 g = torch.Generator(device="cuda").manual_seed(0)
-                x = torch.randn(shape, device="cuda", dtype=dtypes[name], generator=g) * 2 + 3
+                x = torch.randn(shape, device="cuda", dtype=getattr(torch, bl.TORCH_DTYPE_NAMES[name]), generator=g) * 2 + 3
                 if layout == "ndhwc":
                     x = x.to(memory_format=torch.channels_last_3d)
                 w = torch.rand(shape[1], device="cuda") + 0.5
