@@ -15,12 +15,19 @@
 # whole sequence, so that drift of the GPU shows up as disagreement between rounds rather than as
 # a difference.
 #
+# COMPARE_TREES measures more source trees in the same run, each a variant of its own, installed
+# like the baseline: "NAME=DIR[,ENV=VALUE...] ...", e.g. experiment branches exported here with
+#   for b in resident-128 early-slot-read; do git archive exp/$b --prefix=.variants/$b/ | tar x; done
+#   COMPARE_TREES="r128=.variants/resident-128,NORMJIT_RESIDENT_THREADS=128 early=.variants/early-slot-read"
+# The trees install in parallel with the baseline; a tree named twice installs once.
+#
 # BENCH=kernel_times times the kernels alone instead (bench/kernel_times.py: a forward or backward
 # kernel without the autograd engine, checked against float64 torch; its arguments then follow
 # BASELINE_SRC_DIR) and ends with OUT/ab_table.md, the median of each variant per kernel beside
 # its ratio to the baseline:
 #   BENCH=kernel_times bench/compare_baseline.sh .baseline --layouts ncdhw --shapes 2,32,128,128,128
 set -uo pipefail
+shopt -s nullglob
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 2
 BASE_SRC=${1:?usage: bench/compare_baseline.sh BASELINE_SRC_DIR [bench args...]}
 shift
@@ -35,9 +42,24 @@ if ! (cd /tmp && "$PY" -c 'import normjit' 2>/dev/null); then
   "$PY" -m pip install -q --no-build-isolation --no-deps . >"$TMP/install_new.log" 2>&1 ||
     { tail -30 "$TMP/install_new.log"; exit 1; }
 fi
-rm -rf "$TMP/base_site"
-"$PY" -m pip install -q --no-build-isolation --no-deps --target "$TMP/base_site" "$BASE_SRC" \
-  >"$TMP/install_base.log" 2>&1 || { tail -30 "$TMP/install_base.log"; exit 1; }
+# The baseline and every extra tree install side by side (each a cmake build of its own).
+site_of() { echo "$TMP/site_${1//[^A-Za-z0-9]/_}"; }
+declare -A SITES=(["$BASE_SRC"]=1)
+for t in ${COMPARE_TREES:-}; do
+  dir=${t#*=}
+  SITES[${dir%%,*}]=1
+done
+pids=()
+for src in "${!SITES[@]}"; do
+  site=$(site_of "$src")
+  rm -rf "$site"
+  "$PY" -m pip install -q --no-build-isolation --no-deps --target "$site" "$src" \
+    >"$site.log" 2>&1 &
+  pids+=("$!:$src")
+done
+for entry in "${pids[@]}"; do
+  wait "${entry%%:*}" || { src=${entry#*:}; echo "install of $src failed:"; tail -30 "$(site_of "$src").log"; exit 1; }
+done
 
 run_variant() {  # NAME ROUND PYTHONPATH_PREFIX [ENV=VALUE]
   local name=$1 round=$2 path=$3
@@ -59,13 +81,20 @@ run_variant() {  # NAME ROUND PYTHONPATH_PREFIX [ENV=VALUE]
 
 BENCH_ARGS=("$@")
 for round in $(seq 1 "$ROUNDS"); do
-  run_variant base "$round" "$TMP/base_site"
+  run_variant base "$round" "$(site_of "$BASE_SRC")"
   run_variant new "$round" ""
   for e in ${COMPARE_ENVS:-}; do
     IFS=, read -ra settings <<<"$e"
     run_variant "new_${e//[^A-Za-z0-9]/_}" "$round" "" "${settings[@]}"
   done
+  for t in ${COMPARE_TREES:-}; do
+    IFS=, read -ra parts <<<"${t#*=}"
+    run_variant "${t%%=*}" "$round" "$(site_of "${parts[0]}")" "${parts[@]:1}"
+  done
 done
 if [ "${BENCH:-}" = kernel_times ]; then
-  "$PY" bench/kernel_times.py --table "$OUT"/*-[0-9]*.log | tee "$OUT/ab_table.md"
+  # The baseline's logs first: ratios are to the first tag.
+  logs=("$OUT"/base-[0-9]*.log "$OUT"/new-[0-9]*.log "$OUT"/new_*-[0-9]*.log)
+  for t in ${COMPARE_TREES:-}; do logs+=("$OUT/${t%%=*}"-[0-9]*.log); done
+  "$PY" bench/kernel_times.py --table "${logs[@]}" | tee "$OUT/ab_table.md"
 fi

@@ -572,5 +572,65 @@ def test_kernel_times_ab_table():
     assert kernel_times.ab_table(["nothing here"]) == ""
 
 
+_STUB_PYTHON = """\
+#!{python}
+# Stands in for python3 in compare_baseline.sh: pip installs write a marker, kernel_times.py prints
+# a timing that says which tree and which environment ran it, --table runs the real script.
+import json, os, sys
+args = sys.argv[1:]
+if args[:1] == ["-c"]:
+    sys.exit(0)  # import normjit: "this tree" counts as installed
+if args[:3] == ["-m", "pip", "install"]:
+    site, src = args[args.index("--target") + 1], args[-1]
+    with open(os.environ["STUB_LOG"], "a") as f:
+        f.write("install " + src + "\\n")
+    if "broken" in src:
+        print("error: the build failed in " + src)
+        sys.exit(1)
+    os.makedirs(site, exist_ok=True)
+    with open(os.path.join(site, "tree.txt"), "w") as f:
+        f.write(src)
+    sys.exit(0)
+if args[0].endswith("kernel_times.py") and args[1] == "--table":
+    os.execv({python!r}, [{python!r}] + args)
+tag = args[args.index("--tag") + 1]
+first = (os.environ.get("PYTHONPATH") or "").split(":")[0]
+marker = os.path.join(first, "tree.txt")
+tree = open(marker).read() if first and os.path.exists(marker) else "this"
+us = json.loads(os.environ["STUB_TIMES"])[tree] - (10 if os.environ.get("NORMJIT_RESIDENT_THREADS") == "128" else 0)
+print(f"{{tag:<16}} ncdhw 2,8,8,8,8   fp16 act=none residual=0  fwd {{us:8.1f}} us")
+"""
+
+
+def test_compare_baseline_extra_trees():
+    """COMPARE_TREES: each tree a variant with its own install (one per directory) and its own
+    environment, in the A/B table after base, new and the environment variants, ratios to base."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stub = _write(os.path.join(tmp, "python"), _STUB_PYTHON.format(python=sys.executable))
+        os.chmod(stub, 0o755)
+        env = dict(os.environ, PYTHON=stub, BENCH="kernel_times", ROUNDS="2", OUT=os.path.join(tmp, "out"),
+                   COMPARE_TMP=os.path.join(tmp, "scratch"), STUB_LOG=os.path.join(tmp, "log"),
+                   STUB_TIMES=json.dumps({".baseline": 100.0, "this": 90.0, ".v/a": 50.0}),
+                   COMPARE_ENVS="NORMJIT_RESIDENT_THREADS=128",
+                   COMPARE_TREES="a=.v/a a128=.v/a,NORMJIT_RESIDENT_THREADS=128")
+        env.pop("PYTHONPATH", None)
+        script = os.path.join(HERE, "compare_baseline.sh")
+        proc = subprocess.run([script, ".baseline", "--shapes", "2,8,8,8,8"], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        installs = sorted(open(env["STUB_LOG"]).read().split("\n"))
+        assert installs == ["", "install .baseline", "install .v/a"], installs
+        table = open(os.path.join(tmp, "out", "ab_table.md")).read().splitlines()
+        assert table[0] == ("| kernel | base (µs) | new (µs) | new_NORMJIT_RESIDENT_THREADS_128 (µs) | a (µs) | a128 (µs)"
+                            " | new / base | new_NORMJIT_RESIDENT_THREADS_128 / base | a / base | a128 / base |"), table[0]
+        assert table[2] == ("| ncdhw 2,8,8,8,8 fp16 act=none residual=0 fwd | 100.0 (2 runs) | 90.0 (2 runs) | 80.0 (2 runs)"
+                            " | 50.0 (2 runs) | 40.0 (2 runs) | 0.900 | 0.800 | 0.500 | 0.400 |"), table[2]
+
+        env["COMPARE_TREES"] = "a=.v/a bad=.v/broken"
+        proc = subprocess.run([script, ".baseline"], env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and "install of .v/broken failed" in proc.stdout, proc.stdout + proc.stderr
+        assert "the build failed in .v/broken" in proc.stdout
+
+
 if __name__ == "__main__":
     sys.exit(bl.run_test_functions(globals()))
