@@ -38,18 +38,19 @@ PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$TMP"
 
-if ! (cd /tmp && "$PY" -c 'import normjit' 2>/dev/null); then
-  "$PY" -m pip install -q --no-build-isolation --no-deps . >"$TMP/install_new.log" 2>&1 ||
-    { tail -30 "$TMP/install_new.log"; exit 1; }
-fi
-# The baseline and every extra tree install side by side (each a cmake build of its own).
+# This tree (unless installed already), the baseline and every extra tree install side by side,
+# each a cmake build of its own.
 site_of() { echo "$TMP/site_${1//[^A-Za-z0-9]/_}"; }
+pids=()
+if ! (cd /tmp && "$PY" -c 'import normjit' 2>/dev/null); then
+  "$PY" -m pip install -q --no-build-isolation --no-deps . >"$(site_of .).log" 2>&1 &
+  pids+=("$!:.")
+fi
 declare -A SITES=(["$BASE_SRC"]=1)
 for t in ${COMPARE_TREES:-}; do
   dir=${t#*=}
   SITES[${dir%%,*}]=1
 done
-pids=()
 for src in "${!SITES[@]}"; do
   site=$(site_of "$src")
   rm -rf "$site"

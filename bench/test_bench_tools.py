@@ -579,17 +579,18 @@ _STUB_PYTHON = """\
 import json, os, sys
 args = sys.argv[1:]
 if args[:1] == ["-c"]:
-    sys.exit(0)  # import normjit: "this tree" counts as installed
+    sys.exit(1 if os.environ.get("STUB_NO_NORMJIT") else 0)  # import normjit
 if args[:3] == ["-m", "pip", "install"]:
-    site, src = args[args.index("--target") + 1], args[-1]
+    site, src = args[args.index("--target") + 1] if "--target" in args else None, args[-1]
     with open(os.environ["STUB_LOG"], "a") as f:
         f.write("install " + src + "\\n")
     if "broken" in src:
         print("error: the build failed in " + src)
         sys.exit(1)
-    os.makedirs(site, exist_ok=True)
-    with open(os.path.join(site, "tree.txt"), "w") as f:
-        f.write(src)
+    if site:
+        os.makedirs(site, exist_ok=True)
+        with open(os.path.join(site, "tree.txt"), "w") as f:
+            f.write(src)
     sys.exit(0)
 if args[0].endswith("kernel_times.py") and args[1] == "--table":
     os.execv({python!r}, [{python!r}] + args)
@@ -626,10 +627,14 @@ def test_compare_baseline_extra_trees():
         assert table[2] == ("| ncdhw 2,8,8,8,8 fp16 act=none residual=0 fwd | 100.0 (2 runs) | 90.0 (2 runs) | 80.0 (2 runs)"
                             " | 50.0 (2 runs) | 40.0 (2 runs) | 0.900 | 0.800 | 0.500 | 0.400 |"), table[2]
 
-        env["COMPARE_TREES"] = "a=.v/a bad=.v/broken"
+        # This tree installs too when normjit is not importable; a failed build stops the run.
+        os.remove(env["STUB_LOG"])
+        env.update(COMPARE_TREES="a=.v/a bad=.v/broken", STUB_NO_NORMJIT="1")
         proc = subprocess.run([script, ".baseline"], env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1 and "install of .v/broken failed" in proc.stdout, proc.stdout + proc.stderr
-        assert "the build failed in .v/broken" in proc.stdout
+        assert "the build failed in .v/broken" in proc.stdout and "===" not in proc.stdout
+        installs = sorted(open(env["STUB_LOG"]).read().split("\n"))
+        assert installs == ["", "install .", "install .baseline", "install .v/a", "install .v/broken"], installs
 
 
 if __name__ == "__main__":
