@@ -93,9 +93,15 @@ for round in $(seq 1 "$ROUNDS"); do
     run_variant "${t%%=*}" "$round" "$(site_of "${parts[0]}")" "${parts[@]:1}"
   done
 done
+status=0
 if [ "${BENCH:-}" = kernel_times ]; then
+  if grep -l WRONG /dev/null "$OUT"/*-[0-9]*.log; then
+    echo "compare_baseline: the variants in the logs above gave WRONG outputs (lines with WRONG)"
+    status=1
+  fi
   # The baseline's logs first: ratios are to the first tag.
   logs=("$OUT"/base-[0-9]*.log "$OUT"/new-[0-9]*.log "$OUT"/new_*-[0-9]*.log)
   for t in ${COMPARE_TREES:-}; do logs+=("$OUT/${t%%=*}"-[0-9]*.log); done
   "$PY" bench/kernel_times.py --table "${logs[@]}" | tee "$OUT/ab_table.md"
 fi
+exit $status

@@ -124,6 +124,18 @@ def ab_table(lines):
     return "\n".join(rows) + "\n"
 
 
+# Largest error (relative to the largest reference value) each dtype's outputs may have against
+# float64 torch: about 10x what a correct kernel shows (fp16 y 1e-3, dx 3e-3), far below what a
+# wrong one does (a lost chunk or a misread slot: 1e-1 and up, or NaN).
+ERROR_LIMITS = {"fp16": 2e-2, "bf16": 1e-1, "fp32": 1e-3}
+
+
+def wrong_outputs(dtype, errors):
+    """The names of the outputs whose error is above the dtype's limit (NaN counts as above)."""
+    limit = ERROR_LIMITS[dtype]
+    return [name for name, err in errors.items() if not err <= limit]
+
+
 def check(torch, F, x, w, b, r, dy, act, slope, outputs):
     """Forward and backward outputs against float64 torch: (y error, dx/dres error, dw error, kinks)."""
     from normjit.functional import apply_activation
@@ -179,6 +191,7 @@ def main(argv=None) -> int:
     print(f"{args.tag:16s} device-to-device copy: {copy_tbps:.2f} TB/s", flush=True)
     fwd = torch.ops.normjit.instance_norm_fwd.default
     bwd = torch.ops.normjit.instance_norm_bwd.default
+    wrong = 0
     for layout in args.layouts:
         for shape in args.shapes:
             for name in args.dtypes:
@@ -209,10 +222,16 @@ def main(argv=None) -> int:
                     y_err, g_err, w_err, kinks = check(torch, F, x, w, b, r, dy, act, slope, (y, dx, dw, dres))
                     line += (f"  error (relative to max) y {y_err:.1e}, dx/dres {g_err:.1e} "
                              f"({kinks} kink elements left out), dweight {w_err:.1e}")
+                    bad = wrong_outputs(name, {"y": y_err, "dx/dres": g_err, "dweight": w_err})
+                    if bad:
+                        line += f"  WRONG: {', '.join(bad)} above {ERROR_LIMITS[name]:.0e}"
+                        wrong += 1
                 print(line, flush=True)
                 del x, y, dy, r, dx, dres
                 torch.cuda.empty_cache()
-    return 0
+    if wrong:
+        print(f"kernel_times: {wrong} configuration(s) gave WRONG outputs (above)", file=sys.stderr)
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":

@@ -550,6 +550,14 @@ def test_kernel_times_bandwidth():
     assert kernel_times.parse_line("new              device-to-device copy: 4.22 TB/s") is None
 
 
+def test_kernel_times_wrong_outputs():
+    assert kernel_times.wrong_outputs("fp16", {"y": 1.2e-3, "dx/dres": 3.4e-3, "dweight": 1e-6}) == []
+    assert kernel_times.wrong_outputs("fp16", {"y": 1.2e-3, "dx/dres": 0.5, "dweight": float("nan")}) == \
+        ["dx/dres", "dweight"]
+    assert kernel_times.wrong_outputs("bf16", {"y": 3e-2}) == []
+    assert kernel_times.wrong_outputs("fp32", {"y": 3e-2}) == ["y"]
+
+
 def test_kernel_times_ab_table():
     """--table: the median of each tag's runs per kernel, ratios to the first tag; other lines ignored."""
     log = "\n".join([
@@ -599,7 +607,8 @@ first = (os.environ.get("PYTHONPATH") or "").split(":")[0]
 marker = os.path.join(first, "tree.txt")
 tree = open(marker).read() if first and os.path.exists(marker) else "this"
 us = json.loads(os.environ["STUB_TIMES"])[tree] - (10 if os.environ.get("NORMJIT_RESIDENT_THREADS") == "128" else 0)
-print(f"{{tag:<16}} ncdhw 2,8,8,8,8   fp16 act=none residual=0  fwd {{us:8.1f}} us")
+print(f"{{tag:<16}} ncdhw 2,8,8,8,8   fp16 act=none residual=0  fwd {{us:8.1f}} us"
+      + ("  WRONG: y above 2e-02" if tag == os.environ.get("STUB_WRONG") else ""))
 """
 
 
@@ -626,6 +635,12 @@ def test_compare_baseline_extra_trees():
                             " | new / base | new_NORMJIT_RESIDENT_THREADS_128 / base | a / base | a128 / base |"), table[0]
         assert table[2] == ("| ncdhw 2,8,8,8,8 fp16 act=none residual=0 fwd | 100.0 (2 runs) | 90.0 (2 runs) | 80.0 (2 runs)"
                             " | 50.0 (2 runs) | 40.0 (2 runs) | 0.900 | 0.800 | 0.500 | 0.400 |"), table[2]
+
+        # A variant with wrong outputs fails the run; its table is still written.
+        proc = subprocess.run([script, ".baseline"], env=dict(env, STUB_WRONG="a128"), capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 1 and "a128-1.log" in proc.stdout and "a-1.log" not in proc.stdout, proc.stdout
+        assert "gave WRONG outputs" in proc.stdout and "| a128 / base |" in proc.stdout
 
         # This tree installs too when normjit is not importable; a failed build stops the run.
         os.remove(env["STUB_LOG"])
