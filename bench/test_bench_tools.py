@@ -22,6 +22,7 @@ import benchlib as bl  # noqa: E402
 import cold_start_child  # noqa: E402
 import kernel_times  # noqa: E402
 import report  # noqa: E402
+import same_code  # noqa: E402
 from test_benchlib import _raises, fake_kernel_doc  # noqa: E402
 
 
@@ -650,6 +651,34 @@ def test_compare_baseline_extra_trees():
         assert "the build failed in .v/broken" in proc.stdout and "===" not in proc.stdout
         installs = sorted(open(env["STUB_LOG"]).read().split("\n"))
         assert installs == ["", "install .", "install .baseline", "install .v/a", "install .v/broken"], installs
+
+
+def _cache_entry(path, name, arch, cubin):
+    key = f"normjit 0.1.0\nnvrtc 13.0\narch {arch}\noptions --std=c++17\nsource 0f 10\nname {name}\n".encode()
+    with open(path, "wb") as f:
+        f.write(same_code.HEADER.pack(same_code.MAGIC, 1, len(key), len(cubin), 0, 0) + key + cubin)
+
+
+def test_same_code_pairs_kernels_by_name():
+    """Entries of two trees pair by kernel name and arch whatever their file names (the source hash);
+    a changed, missing or extra kernel fails the comparison."""
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = os.path.join(tmp, "a"), os.path.join(tmp, "b")
+        os.makedirs(a), os.makedirs(b)
+        for d, tag in ((a, "1"), (b, "2")):
+            _cache_entry(os.path.join(d, tag + "x.njc"), "k_fwd", "sm_90", b"\x7fELF same")
+            _cache_entry(os.path.join(d, tag + "y.njc"), "k_fwd", "sm_80", b"\x7fELF same 80")
+        assert same_code.main([a, b]) == 0
+        _cache_entry(os.path.join(b, "2z.njc"), "k_bwd", "sm_90", b"\x7fELF new")
+        _cache_entry(os.path.join(b, "2y.njc"), "k_fwd", "sm_80", b"\x7fELF other")
+        r = same_code.compare(same_code.cubins(a), same_code.cubins(b))
+        assert r == {"identical": [("k_fwd", "sm_90")], "different": [("k_fwd", "sm_80")], "only_a": [],
+                     "only_b": [("k_bwd", "sm_90")]}, r
+        assert same_code.main([a, b]) == 1
+        with open(os.path.join(a, "bad.njc"), "wb") as f:
+            f.write(same_code.MAGIC + b"short")
+        assert _raises(lambda: same_code.cubins(a), ValueError)
+        assert same_code.main([os.path.join(tmp, "empty"), b]) == 2
 
 
 if __name__ == "__main__":
