@@ -45,7 +45,7 @@ struct KernelConfig {
                         // or with `resident` the pipeline's chunk slots
   bool resident;        // resident split: chunks held in shared memory, pipelined (resident_split.cuh)
   bool flat;            // channels-last with C not a multiple of vec: 16-byte vectors over super-rows of
-                        // lcm(C, vec) elements, lanes a run-time value (group 0; instance_norm_nhwc.cuh)
+                        // lcm(C, vec) elements, lanes a run-time value (group 0; nhwc_tile.cuh)
   uint8_t pad[4];
 };
 static_assert(sizeof(KernelConfig) == 16);

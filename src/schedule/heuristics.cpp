@@ -398,7 +398,7 @@ int nhwc_lanes(int64_t C, int vec) {
 
 // How the channels-last kernels cover a sample: rows of memory, each `lanes` vectors wide.
 // Flat (C not a multiple of the 16-byte vector): a sample's spatial * C elements are read as
-// super-rows of lcm(C, vec) elements with 16-byte vectors (instance_norm_nhwc.cuh); measured on
+// super-rows of lcm(C, vec) elements with 16-byte vectors (kernels/nhwc_tile.cuh); measured on
 // the H200, the narrow vectors of C = 30 (4 bytes) and C = 20 (8 bytes) ran at 28-29 % of copy
 // bandwidth, slower than torch.compile's forward. Only where every slot gets the same count
 // (positions per super-row divide spatial), the lanes fit a warp's reach (<= 32) and every sample
@@ -500,7 +500,7 @@ Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& de
   l.cooperative = f.train && l.chunks > 1;
   l.grid = l.cooperative ? std::min(resident / l.chunks, insts) * l.chunks : insts * l.chunks;
   // Per (n, channel tile): a pair per column for every chunk, then one for the merged totals
-  // (instance_norm_nhwc.cuh, the scattered merge).
+  // (kernels/nhwc_exchange.cuh, the scattered merge).
   l.partials = l.cooperative ? insts * (l.chunks + 1) * int64_t(g.lanes) * g.vec * 2 : 0;
   l.tier = tier;
   return l;

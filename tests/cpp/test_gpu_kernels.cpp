@@ -173,7 +173,7 @@ TEST(GpuKernelsChannelsLastRing, EdgeShapesMatchDoubleReference) {
 }
 
 // Channels-last with C not a multiple of the 16-byte vector: the flat super-rows of lcm(C, vec)
-// elements (instance_norm_nhwc.cuh) where positions per super-row divide the volume and the lanes
+// elements (kernels/nhwc_tile.cuh) where positions per super-row divide the volume and the lanes
 // fit 32, else the narrow vectors. Covers 3, 8 and 15 lanes (spare threads in the CTA), 2, 4 and 8
 // positions per super-row, each tier (CTA of 64, register-held split, streamed split through the
 // ring with chunks that are not whole tiles), fp32 with mean >> std, bf16, a residual with

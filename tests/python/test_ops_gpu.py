@@ -172,7 +172,7 @@ def test_nan_and_inf_in_split_kernels_stay_in_their_instance(shape, channels_las
                                    (3, 40, 32, 32, 30), (2, 20, 40, 40, 40)])
 def test_channels_last_split_merges_vs_float64(shape, dtype):
     # The channels-last split merges its chunks' per-channel pairs in one of two ways
-    # (instance_norm_nhwc.cuh): every CTA reads every chunk's pairs where there are fewer chunks
+    # (kernels/nhwc_exchange.cuh): every CTA reads every chunk's pairs where there are fewer chunks
     # than columns ((2,256,16^3): 16 chunks), else the scattered merge (CTA k merges column k and
     # publishes it): the others, with a partly filled channel tile for C = 96 and C = 40 and flat
     # super-rows for C = 20 in fp16. Mean >> std, running statistics and weight gradients against
