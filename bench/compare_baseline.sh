@@ -24,7 +24,7 @@
 # BENCH=kernel_times times the kernels alone instead (bench/kernel_times.py: a forward or backward
 # kernel without the autograd engine, checked against float64 torch; its arguments then follow
 # BASELINE_SRC_DIR) and ends with OUT/ab_table.md, the median of each variant per kernel beside
-# its ratio to the baseline:
+# its ratio to the baseline, and OUT/ab_runs.log, every run's output:
 #   BENCH=kernel_times bench/compare_baseline.sh .baseline --layouts ncdhw --shapes 2,32,128,128,128
 set -uo pipefail
 shopt -s nullglob
@@ -36,7 +36,12 @@ TMP=${COMPARE_TMP:-/tmp/normjit-compare}
 ROUNDS=${ROUNDS:-2}
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
-mkdir -p "$OUT" "$TMP"
+# kernel_times' logs, one per variant and round, stay in $LOGS; $OUT gets them all in one file
+# (ab_runs.log) beside ab_table.md, since the device machine returns only a few files.
+LOGS=$TMP/logs
+rm -rf "$LOGS"
+mkdir -p "$OUT" "$TMP" "$LOGS"
+rm -f "$OUT/ab_runs.log"
 
 # This tree (unless installed already), the baseline and every extra tree install side by side,
 # each a cmake build of its own.
@@ -70,7 +75,8 @@ run_variant() {  # NAME ROUND PYTHONPATH_PREFIX [ENV=VALUE]
   echo "=== $name (round $round)"
   if [ "${BENCH:-}" = kernel_times ]; then
     env "$@" NORMJIT_CACHE_DIR="$cache" PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" \
-      "$PY" bench/kernel_times.py --tag "$name" "${BENCH_ARGS[@]}" 2>&1 | tee "$OUT/$name-$round.log"
+      "$PY" bench/kernel_times.py --tag "$name" "${BENCH_ARGS[@]}" 2>&1 | tee "$LOGS/$name-$round.log"
+    cat "$LOGS/$name-$round.log" >>"$OUT/ab_runs.log"
     return
   fi
   env "$@" NORMJIT_CACHE_DIR="$cache" PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" \
@@ -95,13 +101,13 @@ for round in $(seq 1 "$ROUNDS"); do
 done
 status=0
 if [ "${BENCH:-}" = kernel_times ]; then
-  if grep -l WRONG /dev/null "$OUT"/*-[0-9]*.log; then
+  if grep -l WRONG /dev/null "$LOGS"/*-[0-9]*.log; then
     echo "compare_baseline: the variants in the logs above gave WRONG outputs (lines with WRONG)"
     status=1
   fi
   # The baseline's logs first: ratios are to the first tag.
-  logs=("$OUT"/base-[0-9]*.log "$OUT"/new-[0-9]*.log "$OUT"/new_*-[0-9]*.log)
-  for t in ${COMPARE_TREES:-}; do logs+=("$OUT/${t%%=*}"-[0-9]*.log); done
+  logs=("$LOGS"/base-[0-9]*.log "$LOGS"/new-[0-9]*.log "$LOGS"/new_*-[0-9]*.log)
+  for t in ${COMPARE_TREES:-}; do logs+=("$LOGS/${t%%=*}"-[0-9]*.log); done
   "$PY" bench/kernel_times.py --table "${logs[@]}" | tee "$OUT/ab_table.md"
 fi
 exit $status

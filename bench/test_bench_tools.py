@@ -636,6 +636,10 @@ def test_compare_baseline_extra_trees():
                             " | new / base | new_NORMJIT_RESIDENT_THREADS_128 / base | a / base | a128 / base |"), table[0]
         assert table[2] == ("| ncdhw 2,8,8,8,8 fp16 act=none residual=0 fwd | 100.0 (2 runs) | 90.0 (2 runs) | 80.0 (2 runs)"
                             " | 50.0 (2 runs) | 40.0 (2 runs) | 0.900 | 0.800 | 0.500 | 0.400 |"), table[2]
+        # Every run in one log beside the table (the device returns a few files only).
+        assert sorted(os.listdir(os.path.join(tmp, "out"))) == ["ab_runs.log", "ab_table.md"]
+        runs = open(os.path.join(tmp, "out", "ab_runs.log")).read()
+        assert runs.count("fwd ") == 10 and runs.count("a128 ") == 2, runs
 
         # A variant with wrong outputs fails the run; its table is still written.
         proc = subprocess.run([script, ".baseline"], env=dict(env, STUB_WRONG="a128"), capture_output=True,
