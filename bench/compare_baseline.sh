@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B on one GPU in one run: the kernel benchmark on a baseline source tree and on this one,
-# alternating, each variant in its own process with a fresh disk cache.
+# alternating, each variant in its own process with a disk cache of its own (fresh in round 1).
 #
 # Usage (on the GPU machine, from the repository root):
 #   git archive BASE_COMMIT --prefix=.baseline/ | tar x     # here; carry .baseline to the device
@@ -70,8 +70,10 @@ done
 run_variant() {  # NAME ROUND PYTHONPATH_PREFIX [ENV=VALUE]
   local name=$1 round=$2 path=$3
   shift 3
-  local cache=$TMP/cache-$name-$round
-  rm -rf "$cache"
+  # Round 1 compiles into a fresh disk cache; later rounds reuse it, since they time the same
+  # cubins and would otherwise spend most of a device call compiling them again.
+  local cache=$TMP/cache-$name
+  [ "$round" = 1 ] && rm -rf "$cache"
   echo "=== $name (round $round)"
   if [ "${BENCH:-}" = kernel_times ]; then
     env "$@" NORMJIT_CACHE_DIR="$cache" PYTHONPATH="$path${PYTHONPATH:+:$PYTHONPATH}" \
