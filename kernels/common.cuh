@@ -64,8 +64,47 @@ typedef nj_half weight_t;
 typedef nj_bf16 weight_t;
 #endif
 
-// NJ_VEC elements accessed as one aligned load/store (LDG.128 for 16 bytes).
+// NJ_VEC elements accessed as one aligned load/store (LDG.128 for 16 bytes), read and written one
+// element at a time through vec_get / vec_set. 16-bit elements are kept two to a 32-bit word and
+// converted at each use: held as an array of 16-bit values, ptxas gave each element a register of
+// its own, so a thread's tile took twice the registers and the largest cached tier spilled (a CTA
+// of 512 with 8 vectors a thread: `bench/spill_survey.sh`, docs/PERF_NOTES.md, session 12).
+#ifndef NJ_PACKED  // a template may choose (instance_norm_nhwc.cuh)
+#define NJ_PACKED (NJ_DTYPE != 0 && NJ_VEC % 2 == 0)
+#endif
+#if NJ_PACKED
+struct __align__(sizeof(data_t) * NJ_VEC) vec_t { nj_u32 w[NJ_VEC / 2]; };
+#else
 struct __align__(sizeof(data_t) * NJ_VEC) vec_t { data_t v[NJ_VEC]; };
+#endif
+
+// Element k of a vector, as a float.
+__device__ __forceinline__ float vec_get(const vec_t& x, int k) {
+#if NJ_PACKED
+  const nj_u32 w = x.w[k / 2];
+#if NJ_DTYPE == 2  // bf16: the high 16 bits of a float
+  return __uint_as_float((k & 1) ? (w & 0xffff0000u) : (w << 16));
+#else              // fp16
+  float f;
+  if (k & 1)
+    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, hi; }" : "=f"(f) : "r"(w));
+  else
+    asm("{ .reg .b16 lo, hi; mov.b32 {lo, hi}, %1; cvt.f32.f16 %0, lo; }" : "=f"(f) : "r"(w));
+  return f;
+#endif
+#else
+  return to_float(x.v[k]);
+#endif
+}
+// Element k of a vector, from a float (rounded to the element type).
+__device__ __forceinline__ void vec_set(vec_t& x, int k, float f) {
+#if NJ_PACKED
+  const nj_u32 bits = from_float<data_t>(f).bits;
+  x.w[k / 2] = (k & 1) ? ((x.w[k / 2] & 0xffffu) | (bits << 16)) : ((x.w[k / 2] & 0xffff0000u) | bits);
+#else
+  x.v[k] = from_float<data_t>(f);
+#endif
+}
 
 __device__ __forceinline__ vec_t load_vec(const void* base, idx_t elem) {
   return *reinterpret_cast<const vec_t*>(reinterpret_cast<const data_t*>(base) + elem);
@@ -76,7 +115,7 @@ __device__ __forceinline__ void store_vec(void* base, idx_t elem, const vec_t& v
 __device__ __forceinline__ vec_t zero_vec() {
   vec_t v;
 #pragma unroll
-  for (int k = 0; k < NJ_VEC; ++k) v.v[k] = from_float<data_t>(0.f);
+  for (int k = 0; k < NJ_VEC; ++k) vec_set(v, k, 0.f);
   return v;
 }
 __device__ __forceinline__ float load_weight(const void* p, idx_t c) {

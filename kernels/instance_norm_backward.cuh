@@ -80,7 +80,7 @@ __device__ __forceinline__ void stream_bwd_tile(const NjParams& p, TileRing& rin
 
 __device__ __forceinline__ float res_at(const BwdTile& t, int i, int k) {
 #if NJ_NEEDS_RESIDUAL
-  return to_float(t.res[i].v[k]);
+  return vec_get(t.res[i], k);
 #else
   (void)t, (void)i, (void)k;
   return 0.f;
@@ -96,8 +96,8 @@ __device__ __forceinline__ void accumulate_tile(const NjParams& p, const BwdCont
     if (v < v_end) {
 #pragma unroll
       for (int k = 0; k < NJ_VEC; ++k) {
-        const float x = to_float(t.x[i].v[k]);
-        const float g = grad_at(s, x, to_float(t.dy[i].v[k]), res_at(t, i, k), p.act_param);
+        const float x = vec_get(t.x[i], k);
+        const float g = grad_at(s, x, vec_get(t.dy[i], k), res_at(t, i, k), p.act_param);
         sums[0] += g;
         sums[1] += g * ((x - s.mean) * s.rstd);
       }
@@ -105,9 +105,11 @@ __device__ __forceinline__ void accumulate_tile(const NjParams& p, const BwdCont
   }
 }
 
-__device__ __forceinline__ void write_dx_tile(const NjParams& p, const Unit& u, const BwdContext& s, idx_t tile_begin,
-                                              int lane, const BwdTile& t, float mean_g, float mean_gx) {
-  const float k_scale = s.rstd * s.w;
+// Stores dx (and d(residual)) of this thread's vectors of a tile: element k of vector i is
+// dx_of(i, k, g), which also sets g, the gradient at the pre-activation (d(residual)).
+template <class DxOf>
+__device__ __forceinline__ void store_dx_tile(const NjParams& p, const Unit& u, idx_t tile_begin, int lane,
+                                              DxOf dx_of) {
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i) {
     const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
@@ -119,12 +121,10 @@ __device__ __forceinline__ void write_dx_tile(const NjParams& p, const Unit& u, 
 #endif
 #pragma unroll
       for (int k = 0; k < NJ_VEC; ++k) {
-        const float x = to_float(t.x[i].v[k]);
-        const float g = grad_at(s, x, to_float(t.dy[i].v[k]), res_at(t, i, k), p.act_param);
-        const float xhat = (x - s.mean) * s.rstd;
-        dx.v[k] = from_float<data_t>(k_scale * (g - mean_g - xhat * mean_gx));
+        float g;
+        vec_set(dx, k, dx_of(i, k, g));
 #if NJ_RESIDUAL
-        dres.v[k] = from_float<data_t>(g);
+        vec_set(dres, k, g);
 #endif
       }
       store_vec(p.y, e, dx);
@@ -133,6 +133,17 @@ __device__ __forceinline__ void write_dx_tile(const NjParams& p, const Unit& u, 
 #endif
     }
   }
+}
+
+__device__ __forceinline__ void write_dx_tile(const NjParams& p, const Unit& u, const BwdContext& s, idx_t tile_begin,
+                                              int lane, const BwdTile& t, float mean_g, float mean_gx) {
+  const float k_scale = s.rstd * s.w;
+  store_dx_tile(p, u, tile_begin, lane, [&](int i, int k, float& g) {
+    const float x = vec_get(t.x[i], k);
+    g = grad_at(s, x, vec_get(t.dy[i], k), res_at(t, i, k), p.act_param);
+    const float xhat = (x - s.mean) * s.rstd;
+    return k_scale * (g - mean_g - xhat * mean_gx);
+  });
 }
 
 // dweight[c] and dbias[c] straight from this round's groups when units walk channel by channel
@@ -196,6 +207,48 @@ __device__ __forceinline__ void resident_take_tile(idx_t step, bool landed, BwdT
     resident_take(step, t.x, t.dy, res);
 }
 
+// Phase C's per-element terms that do not need the instance's sums, computed before the poll so
+// that the arithmetic overlaps it and only a subtract and an FMA an element follow the barrier:
+// dx = k g - k mean_g - (k xhat) mean_gx, with k = rstd w (write_dx_tile's k_scale).
+struct DxTerms {
+  float kg[NJ_ITEMS][NJ_VEC], kxhat[NJ_ITEMS][NJ_VEC];
+#if NJ_RESIDUAL
+  float g[NJ_ITEMS][NJ_VEC];  // d(residual)
+#endif
+};
+
+__device__ __forceinline__ void dx_terms(const NjParams& p, const Unit& u, const BwdContext& s, const BwdTile& t,
+                                         DxTerms& d) {
+  const float k_scale = s.rstd * s.w;
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+#pragma unroll
+    for (int k = 0; k < NJ_VEC; ++k) {
+      const float x = vec_get(t.x[i], k);
+      const float g = grad_at(s, x, vec_get(t.dy[i], k), res_at(t, i, k), p.act_param);
+      d.kg[i][k] = k_scale * g;
+      d.kxhat[i][k] = k_scale * ((x - s.mean) * s.rstd);
+#if NJ_RESIDUAL
+      d.g[i][k] = g;
+#endif
+    }
+  }
+  (void)u;
+}
+
+__device__ __forceinline__ void write_dx_terms(const NjParams& p, const Unit& u, const BwdContext& s,
+                                               const DxTerms& d, float mean_g, float mean_gx) {
+  const float k_mean_g = s.rstd * s.w * mean_g;
+  store_dx_tile(p, u, u.v_begin, (int)threadIdx.x, [&](int i, int k, float& g) {
+#if NJ_RESIDUAL
+    g = d.g[i][k];
+#else
+    g = 0.f;
+#endif
+    return (d.kg[i][k] - k_mean_g) - d.kxhat[i][k] * mean_gx;
+  });
+}
+
 // The resident split's phases B and C (resident_split.cuh runs the pipeline).
 __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem, unsigned tag) {
   const void* src[3] = {p.x, p.dy, p.residual};
@@ -212,15 +265,20 @@ __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem
         if (threadIdx.x == 0) resident_publish(p, u, tag, sums[0], sums[1]);
       },
       [&](const Unit& u, idx_t step, const TaggedPair& peek, const BwdContext& s) {
-        // C: the instance's sums (thread j holds chunk j's, added in group_sum's fixed tree), then
-        // dx of the chunk, from its slot.
+        // C: the chunk from its slot and its terms of dx, first, so that those reads and that
+        // arithmetic overlap the poll and the barrier behind it; the instance's sums (thread j
+        // holds chunk j's, added in group_sum's fixed tree); dx of the chunk.
+        DxTerms d;
+        {
+          BwdTile t;
+          resident_take_tile(step, false, t);
+          dx_terms(p, u, s, t, d);
+        }
         float sums[2];
         resident_settle(p, u, tag, peek, sums[0], sums[1]);
         group_sum<2>(sums, smem);
         keep_weight_sums(p, u, threadIdx.x, sums);
-        BwdTile t;
-        resident_take_tile(step, false, t);
-        write_dx_tile(p, u, s, u.v_begin, threadIdx.x, t, sums[0] * p.inv_spatial, sums[1] * p.inv_spatial);
+        write_dx_terms(p, u, s, d, sums[0] * p.inv_spatial, sums[1] * p.inv_spatial);
       });
 }
 #endif

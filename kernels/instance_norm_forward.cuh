@@ -29,7 +29,7 @@ __device__ __forceinline__ void tile_stats(const vec_t (&xr)[NJ_ITEMS], idx_t ti
     const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
     if (v < v_end) {
 #pragma unroll
-      for (int k = 0; k < NJ_VEC; ++k) s[0] += to_float(xr[i].v[k]);
+      for (int k = 0; k < NJ_VEC; ++k) s[0] += vec_get(xr[i], k);
     }
   }
   group_sum<1>(s, smem);
@@ -43,7 +43,7 @@ __device__ __forceinline__ void tile_stats(const vec_t (&xr)[NJ_ITEMS], idx_t ti
     if (v < v_end) {
 #pragma unroll
       for (int k = 0; k < NJ_VEC; ++k) {
-        const float d = to_float(xr[i].v[k]) - mean;
+        const float d = vec_get(xr[i], k) - mean;
         q[0] += d * d;
       }
     }
@@ -62,7 +62,7 @@ __device__ __forceinline__ void thread_tile_stats(const vec_t (&xr)[NJ_ITEMS], i
     if (tile_begin + (idx_t)i * NJ_GROUP + lane < v_end) {
       c += (float)NJ_VEC;
 #pragma unroll
-      for (int k = 0; k < NJ_VEC; ++k) s += to_float(xr[i].v[k]);
+      for (int k = 0; k < NJ_VEC; ++k) s += vec_get(xr[i], k);
     }
   }
   if (c == 0.f) return;
@@ -73,7 +73,7 @@ __device__ __forceinline__ void thread_tile_stats(const vec_t (&xr)[NJ_ITEMS], i
     if (tile_begin + (idx_t)i * NJ_GROUP + lane < v_end) {
 #pragma unroll
       for (int k = 0; k < NJ_VEC; ++k) {
-        const float d = to_float(xr[i].v[k]) - tile_mean;
+        const float d = vec_get(xr[i], k) - tile_mean;
         q += d * d;
       }
     }
@@ -116,11 +116,11 @@ __device__ __forceinline__ void normalize_tile(const NjParams& p, const Unit& u,
       vec_t out;
 #pragma unroll
       for (int k = 0; k < NJ_VEC; ++k) {
-        float z = (to_float(xr[i].v[k]) - mean) * scale + shift;
+        float z = (vec_get(xr[i], k) - mean) * scale + shift;
 #if NJ_RESIDUAL
-        z += to_float(r.v[k]);
+        z += vec_get(r, k);
 #endif
-        out.v[k] = from_float<data_t>(activate(z, p.act_param));
+        vec_set(out, k, activate(z, p.act_param));
       }
       store_vec(p.y, e, out);
     }
@@ -207,7 +207,9 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
       [&](const Unit& u, idx_t step, const TaggedPair& peek, const Affine& affine) {
         // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's) in one CTA
         // sum about chunk 0's mean (shifted_add in common.cuh). Then the output of the chunk,
-        // from its slot.
+        // from its slot, read first so that those reads overlap the poll and the barriers.
+        vec_t xr[NJ_ITEMS];
+        resident_take(step, xr, nullptr, nullptr);
         float mean_j, m2_j;
         resident_settle(p, u, tag, peek, mean_j, m2_j);
         const float k = resident_settle_first(p, u, tag, peek.first);
@@ -219,8 +221,6 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
         shifted_result(k, acc[0], acc[1], p.inv_spatial, mean, m2);
         float scale, shift;
         affine_scale_shift(affine, instance_rstd(p, u, threadIdx.x, mean, m2, (float)p.spatial), scale, shift);
-        vec_t xr[NJ_ITEMS];
-        resident_take(step, xr, nullptr, nullptr);
         normalize_tile(p, u, u.v_begin, threadIdx.x, xr, mean, scale, shift);
       });
 }

@@ -11,6 +11,10 @@
 //
 // The tile's geometry and column sums are in nhwc_tile.cuh, the split's exchange in
 // nhwc_exchange.cuh; this file has the tile loads, the passes and the two kernels.
+// Two bf16 elements to a 32-bit word (common.cuh's vec_t), but fp16 one to a register: packed,
+// the fp16 backward with a residual spilled where it had not (ptxas, sm_90: 8 bytes a thread in
+// the streamed tile loop with GELU, 24 in the cached tier), while bf16 spilled far less packed.
+#define NJ_PACKED (NJ_DTYPE == 2 && NJ_VEC % 2 == 0)
 #include "common.cuh"
 
 #if NJ_BACKWARD
@@ -98,7 +102,7 @@ __device__ __forceinline__ void nhwc_stream(const NjParams& p, NhwcRing& ring, c
 
 __device__ __forceinline__ float nhwc_res(const NhwcTile& t, int i, int j) {
 #if NJ_BACKWARD && NJ_ACT != 0 && NJ_RESIDUAL
-  return to_float(t.res[i].v[j]);
+  return vec_get(t.res[i], j);
 #else
   (void)t, (void)i, (void)j;
   return 0.f;
@@ -134,7 +138,7 @@ __device__ __forceinline__ void nhwc_tile_stats(const TileUnit& u, idx_t t0, con
   for (int i = 0; i < NJ_ITEMS; ++i)
     if (t0 + row + (idx_t)i * tile_rows(u) < u.s_end)
 #pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) s[0][j] += to_float(t.x[i].v[j]);
+      for (int j = 0; j < NJ_VEC; ++j) s[0][j] += vec_get(t.x[i], j);
   column_sum<1>(u, s, smem);
   const idx_t rows = u.s_end > t0 ? min((idx_t)tile_rows(u) * NJ_ITEMS, u.s_end - t0) : 0;
   count[0] = (float)rows;
@@ -149,7 +153,7 @@ __device__ __forceinline__ void nhwc_tile_stats(const TileUnit& u, idx_t t0, con
     if (t0 + row + (idx_t)i * tile_rows(u) < u.s_end)
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) {
-        const float d = to_float(t.x[i].v[j]) - mean[j];
+        const float d = vec_get(t.x[i], j) - mean[j];
         q[0][j] += d * d;
       }
   column_sum<1>(u, q, smem);
@@ -170,7 +174,7 @@ __device__ __forceinline__ void nhwc_thread_tile_stats(const TileUnit& u, idx_t 
     if (t0 + row + (idx_t)i * tile_rows(u) < u.s_end) {
       c += 1.f;
 #pragma unroll
-      for (int j = 0; j < NJ_VEC; ++j) s[j] += to_float(t.x[i].v[j]);
+      for (int j = 0; j < NJ_VEC; ++j) s[j] += vec_get(t.x[i], j);
     }
   if (c == 0.f) return;
   const float inv_c = 1.f / c, wb = c / (n + c);  // shared by the vector's channels
@@ -181,7 +185,7 @@ __device__ __forceinline__ void nhwc_thread_tile_stats(const TileUnit& u, idx_t 
 #pragma unroll
     for (int i = 0; i < NJ_ITEMS; ++i)
       if (t0 + row + (idx_t)i * tile_rows(u) < u.s_end) {
-        const float d = to_float(t.x[i].v[j]) - tile_mean;
+        const float d = vec_get(t.x[i], j) - tile_mean;
         q += d * d;
       }
     chan_merge_weighted(n, wb, mean[j], m2[j], tile_mean, q);
@@ -224,11 +228,11 @@ __device__ __forceinline__ void nhwc_normalize(const NjParams& p, const TileUnit
       vec_t out;
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) {
-        float z = (to_float(t.x[i].v[j]) - cp.mean[j]) * (cp.rstd[j] * cp.w[j]) + cp.b[j];
+        float z = (vec_get(t.x[i], j) - cp.mean[j]) * (cp.rstd[j] * cp.w[j]) + cp.b[j];
 #if NJ_RESIDUAL
-        z += to_float(r.v[j]);
+        z += vec_get(r, j);
 #endif
-        out.v[j] = from_float<data_t>(activate(z, p.act_param));
+        vec_set(out, j, activate(z, p.act_param));
       }
       store_vec(p.y, e, out);
     }
@@ -335,8 +339,8 @@ __device__ __forceinline__ void nhwc_accumulate(const NjParams& p, const TileUni
     if (t0 + row + (idx_t)i * tile_rows(u) < u.s_end)
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) {
-        const float x = to_float(t.x[i].v[j]);
-        const float g = nhwc_grad(cp, j, x, to_float(t.dy[i].v[j]), nhwc_res(t, i, j), p.act_param);
+        const float x = vec_get(t.x[i], j);
+        const float g = nhwc_grad(cp, j, x, vec_get(t.dy[i], j), nhwc_res(t, i, j), p.act_param);
         sums[0][j] += g;
         sums[1][j] += g * ((x - cp.mean[j]) * cp.rstd[j]);
       }
@@ -356,13 +360,13 @@ __device__ __forceinline__ void nhwc_write_dx(const NjParams& p, const TileUnit&
 #endif
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) {
-        const float x = to_float(t.x[i].v[j]);
-        const float g = nhwc_grad(cp, j, x, to_float(t.dy[i].v[j]), nhwc_res(t, i, j), p.act_param);
+        const float x = vec_get(t.x[i], j);
+        const float g = nhwc_grad(cp, j, x, vec_get(t.dy[i], j), nhwc_res(t, i, j), p.act_param);
         const float xhat = (x - cp.mean[j]) * cp.rstd[j];
-        dx.v[j] = from_float<data_t>(cp.rstd[j] * cp.w[j] *
+        vec_set(dx, j, cp.rstd[j] * cp.w[j] *
                                      (g - sums[0][j] * p.inv_spatial - xhat * sums[1][j] * p.inv_spatial));
 #if NJ_RESIDUAL
-        dres.v[j] = from_float<data_t>(g);
+        vec_set(dres, j, g);
 #endif
       }
       store_vec(p.y, e, dx);
@@ -378,7 +382,9 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
   __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
   __shared__ bool last_flag;
   const idx_t rounds = tile_rounds(p);
+#if !NJ_CACHED
   NhwcRing ring;  // empty: the backward loads its tiles into registers (nhwc_ring.cuh says why)
+#endif
 
   for (idx_t round = 0; round < rounds; ++round) {
     const TileUnit u = make_tile_unit(p, round);

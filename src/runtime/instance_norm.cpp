@@ -263,6 +263,13 @@ Plan build_plan(const FusionKey& f, const ShapeKey& s, void* stream, const NjPar
   const DeviceState& dev = device_state(s.device);
   prefetch_backward(f, s, dev);  // a training forward: its backward kernel compiles in the background
   const Launch l = plan_launch(f, s, dev, stream, params, remember);
+  // A launch that breaks its kernel's preconditions would hang (the resident split) or compute
+  // garbage; the tests check the heuristics on the built-in GPUs, this guards the live one.
+  if (!launchable(f, s, l, dev.profile))
+    throw Error("normjit: internal: the launch chosen for N=" + std::to_string(s.N) + " C=" + std::to_string(s.C) +
+                " spatial=" + std::to_string(s.spatial) + " (" + l.tier + ", " + std::to_string(l.chunks) +
+                " chunks, grid " + std::to_string(l.grid) + ") breaks its kernel's preconditions on " +
+                dev.profile.name + "; please report this shape");
   if (!kernel_loaded(f, l.config, s.device)) {
     const auto& cu = driver::cuda_driver();
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
