@@ -63,9 +63,16 @@ for src in "${!SITES[@]}"; do
     >"$site.log" 2>&1 &
   pids+=("$!:$src")
 done
+# Every install is waited for before a failure stops the run: no build is left running behind it.
+failed=()
 for entry in "${pids[@]}"; do
-  wait "${entry%%:*}" || { src=${entry#*:}; echo "install of $src failed:"; tail -30 "$(site_of "$src").log"; exit 1; }
+  wait "${entry%%:*}" || failed+=("${entry#*:}")
 done
+for src in "${failed[@]}"; do
+  echo "install of $src failed:"
+  tail -30 "$(site_of "$src").log"
+done
+[ ${#failed[@]} -eq 0 ] || exit 1
 
 run_variant() {  # NAME ROUND PYTHONPATH_PREFIX [ENV=VALUE]
   local name=$1 round=$2 path=$3
