@@ -217,8 +217,7 @@ struct DxTerms {
 #endif
 };
 
-__device__ __forceinline__ void dx_terms(const NjParams& p, const Unit& u, const BwdContext& s, const BwdTile& t,
-                                         DxTerms& d) {
+__device__ __forceinline__ void dx_terms(const NjParams& p, const BwdContext& s, const BwdTile& t, DxTerms& d) {
   const float k_scale = s.rstd * s.w;
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i) {
@@ -233,7 +232,6 @@ __device__ __forceinline__ void dx_terms(const NjParams& p, const Unit& u, const
 #endif
     }
   }
-  (void)u;
 }
 
 __device__ __forceinline__ void write_dx_terms(const NjParams& p, const Unit& u, const BwdContext& s,
@@ -272,7 +270,7 @@ __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem
         {
           BwdTile t;
           resident_take_tile(step, false, t);
-          dx_terms(p, u, s, t, d);
+          dx_terms(p, s, t, d);
         }
         float sums[2];
         resident_settle(p, u, tag, peek, sums[0], sums[1]);

@@ -363,8 +363,7 @@ __device__ __forceinline__ void nhwc_write_dx(const NjParams& p, const TileUnit&
         const float x = vec_get(t.x[i], j);
         const float g = nhwc_grad(cp, j, x, vec_get(t.dy[i], j), nhwc_res(t, i, j), p.act_param);
         const float xhat = (x - cp.mean[j]) * cp.rstd[j];
-        vec_set(dx, j, cp.rstd[j] * cp.w[j] *
-                                     (g - sums[0][j] * p.inv_spatial - xhat * sums[1][j] * p.inv_spatial));
+        vec_set(dx, j, cp.rstd[j] * cp.w[j] * (g - sums[0][j] * p.inv_spatial - xhat * sums[1][j] * p.inv_spatial));
 #if NJ_RESIDUAL
         vec_set(dres, j, g);
 #endif

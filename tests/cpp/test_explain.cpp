@@ -386,12 +386,6 @@ TEST(Cli, ExtraNvrtcOptions) {
   EXPECT_NE(out.find("--bogus-option"), std::string::npos) << out;
 }
 
-// The channels-last streamed backward holds its tiles in registers; the heuristics give each
-// fusion as many vectors a tile as compile without spilling (nhwc_streamed_items), because a spill
-// in the tile loop cost up to 6x on the H200 (docs/PERF_NOTES.md, session 10). ptxas -v reports
-// every kernel's spill stores: none for the 16-byte-vector kernels (C = 32), and a few bytes at
-// most for the flat ones (C = 30: silu and sigmoid spill 4-20 bytes outside the loop), for every
-// dtype and activation, with and without a residual.
 // The bytes of spill stores of every kernel in a warm-up's ptxas report (--ptxas-options=-v).
 static std::vector<int> spill_stores(const std::string& out) {
   const std::string what = " bytes spill stores";
@@ -434,6 +428,12 @@ TEST(Cli, CachedTiersBarelySpill) {
         }
 }
 
+// The channels-last streamed backward holds its tiles in registers; the heuristics give each
+// fusion as many vectors a tile as compile without spilling (nhwc_streamed_items), because a spill
+// in the tile loop cost up to 6x on the H200 (docs/PERF_NOTES.md, session 10). ptxas -v reports
+// every kernel's spill stores: none for the 16-byte-vector kernels (C = 32), and a few bytes at
+// most for the flat ones (C = 30: silu and sigmoid spill 4-20 bytes outside the loop), for every
+// dtype and activation, with and without a residual.
 TEST(Cli, ChannelsLastBackwardDoesNotSpill) {
   std::string why;
   if (!driver::try_nvrtc(&why)) GTEST_SKIP() << "NVRTC is not available here: " << why;
