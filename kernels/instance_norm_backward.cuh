@@ -262,14 +262,16 @@ __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem
         group_sum<2>(sums, smem);
         if (threadIdx.x == 0) resident_publish(p, u, tag, sums[0], sums[1]);
       },
-      [&](const Unit& u, idx_t step, const TaggedPair& peek, const BwdContext& s) {
-        // C: the chunk from its slot and its terms of dx, first, so that those reads and that
-        // arithmetic overlap the poll and the barrier behind it; the instance's sums (thread j
-        // holds chunk j's, added in group_sum's fixed tree); dx of the chunk.
+      [&](const Unit& u, idx_t step, const TaggedPair& peek, const BwdContext& s, auto refill) {
+        // C: the chunk from its slot (with p.early_refill refilled at once) and its terms of dx,
+        // first, so that those reads and that arithmetic overlap the poll and the barrier behind
+        // it; the instance's sums (thread j holds chunk j's, added in group_sum's fixed tree); dx
+        // of the chunk.
         DxTerms d;
         {
           BwdTile t;
           resident_take_tile(step, false, t);
+          if (p.early_refill) refill();
           dx_terms(p, s, t, d);
         }
         float sums[2];

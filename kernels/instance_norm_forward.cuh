@@ -204,12 +204,14 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
         group_merge_stats(tn, tmean, tm2, chunk_count(p, u.chunk), smem, mean, m2);
         if (threadIdx.x == 0) resident_publish(p, u, tag, mean, m2);
       },
-      [&](const Unit& u, idx_t step, const TaggedPair& peek, const Affine& affine) {
+      [&](const Unit& u, idx_t step, const TaggedPair& peek, const Affine& affine, auto refill) {
         // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's) in one CTA
         // sum about chunk 0's mean (shifted_add in common.cuh). Then the output of the chunk,
-        // from its slot, read first so that those reads overlap the poll and the barriers.
+        // from its slot, read first so that those reads overlap the poll and the barriers (and
+        // with p.early_refill the slot refilled at once).
         vec_t xr[NJ_ITEMS];
         resident_take(step, xr, nullptr, nullptr);
+        if (p.early_refill) refill();
         float mean_j, m2_j;
         resident_settle(p, u, tag, peek, mean_j, m2_j);
         const float k = resident_settle_first(p, u, tag, peek.first);

@@ -84,4 +84,5 @@ struct NjParams {
   float inv_spatial;       // 1 / spatial
   int reverse_output;      // streamed NDHWC kernels: the output pass walks each chunk backwards
   int channel_major;       // NCDHW backward: units walk (c, n) with n fastest (see make_unit)
+  int early_refill;        // resident split: phase C refills its slot as soon as it has read it
 };

@@ -10,14 +10,17 @@
 // memory; the host says why, resident_thread_choices) walks its chunks as a software pipeline of
 // NJ_STAGES slots:
 //
-//   step s:  A  start loading chunk s into slot s % NJ_STAGES                     (cp.async)
-//               and the partials of chunk s-L's instance (L = NJ_STAGES - 1)
+//   step s:  A  the look at the partials of chunk s-L's instance (L = NJ_STAGES - 1)
 //            B  chunk s-1 has landed: its partial statistics, published to its peers (no wait)
-//            C  chunk s-L: its instance's partials (published at least one step ago in the common
-//               case) merged, its output written
+//            C  chunk s-L: read from its slot; its instance's partials (published at least one
+//               step ago in the common case) merged, its output written
+//            and chunk s+1 starts loading into the slot C read                      (cp.async)
 //
 // so while a CTA merges and writes, its next chunks are in flight, and its peers published the
-// partials it waits for one or more steps earlier.
+// partials it waits for one or more steps earlier. Where instances hold more chunks than the grid
+// (p.early_refill, early_refill_pays on the host) phase C waits for peers a step or more behind,
+// so chunk s+1 starts loading as soon as C has read the slot: its reads run during that wait.
+// Elsewhere at the step's end: loads queued ahead of C's poll measured a longer step there.
 //
 // The exchange is one round trip to L2: a chunk's partial pair is two 64-bit words, each a float
 // and the launch's 32-bit tag, stored without a fence; a reader polls its peer's words until both
@@ -51,16 +54,16 @@ static_assert(sizeof(vec_t) == 16, "the resident split moves 16-byte vectors");
 
 __device__ __forceinline__ int resident_slot(idx_t step) { return (int)(step % NJ_STAGES); }
 
-// Phase A: this CTA's chunk of `step` starts loading into its slot (nothing past the last unit).
-// Always commits exactly one cp.async group per step, so wait_group counts steps.
+// This CTA's chunk of `step` starts loading into its slot (nothing past the last unit). Always
+// commits exactly one cp.async group per step, so wait_group counts steps.
 __device__ __forceinline__ void resident_load(const NjParams& p, const Unit& u, idx_t step, const void* const* src) {
   if (u.active) slots_copy_tile(src, u.base, u.v_begin, u.v_end, true, resident_slot(step));
   nj_cp_async_commit();
 }
 
-// Phase B: the chunk loaded at `step` (one step ago) into registers, once it has landed.
+// Phase B: the chunk of `step` (whose load started a step ago) into registers, once it has landed.
 __device__ __forceinline__ void resident_take_landed(idx_t step, vec_t* out0, vec_t* out1, vec_t* out2) {
-  nj_cp_async_wait<1>();  // all but the newest group (this step's phase A) are complete
+  nj_cp_async_wait<1>();  // all but the newest group (chunk step + 1, started last step) are complete
   slots_read(resident_slot(step), out0, out1, out2);
 }
 
@@ -176,13 +179,18 @@ __device__ __forceinline__ void resident_advance_generation(const NjParams& p, u
 }
 
 // ---------------------------------------------------------------- the pipeline
-// Every step: phase A here (this CTA's chunk of the step, the look at the partials phase C will
-// merge, and the per-instance values both phases read from global memory start loading, so that
-// their latency overlaps other work), then
-//   stats(u, step, ctx)           phase B, for the unit u whose chunk was loaded at `step` (one
-//                                 ago); ctx = stats_ctx(u), loaded in that step's phase A
-//   output(u, step, peek, ctx)    phase C, for the unit loaded NJ_OUTPUT_LAG steps ago; `peek`
-//                                 goes to resident_settle, ctx = output_ctx(u) loaded this step
+// Every step: phase A here (the look at the partials phase C will merge, and the per-instance
+// values both phases read from global memory start loading, so that their latency overlaps other
+// work), then
+//   stats(u, step, ctx)                 phase B, for the unit u of chunk `step` (one step ago);
+//                                       ctx = stats_ctx(u), loaded in that step's phase A
+//   output(u, step, peek, ctx, refill)  phase C, for the unit NJ_OUTPUT_LAG steps ago; `peek`
+//                                       goes to resident_settle, ctx = output_ctx(u) loaded this
+//                                       step; with p.early_refill it calls refill() right after
+//                                       its resident_take (chunk step + NJ_STAGES starts loading
+//                                       into the slot just read), else the pipeline does after it
+// (a thread's cp.async into its own slot is ordered after its own earlier reads of that slot, as
+// in any per-thread pipeline: no barrier is needed).
 // The contexts are the kernel's per-instance values (saved statistics, weight and bias): loaded
 // inside a phase, after its barriers, each cost a dependent L2 round trip on every step's chain
 // (a compiler does not move a load across a barrier). All are called for active units only (the
@@ -192,20 +200,23 @@ template <class StatsCtx, class OutputCtx, class Stats, class Output>
 __device__ __forceinline__ void resident_pipeline(const NjParams& p, const void* const* src, StatsCtx stats_ctx,
                                                   OutputCtx output_ctx, Stats stats, Output output) {
   const idx_t steps = num_rounds(p);
+  resident_load(p, make_unit(p, 0), 0, src);
   auto next_stats_ctx = stats_ctx(make_unit(p, steps));  // inactive
   for (idx_t step = 0; step < steps + NJ_OUTPUT_LAG; ++step) {
     const Unit ul = make_unit(p, step);
-    resident_load(p, ul, step, src);
-    const auto ctx_b = next_stats_ctx;  // the unit loaded one step ago
+    const auto ctx_b = next_stats_ctx;  // the unit of chunk step - 1
     next_stats_ctx = stats_ctx(ul);
     const Unit uc = make_unit(p, step >= NJ_OUTPUT_LAG ? step - NJ_OUTPUT_LAG : steps);  // inactive until full
     const TaggedPair peek = resident_peek(p, uc);
     const auto ctx_c = output_ctx(uc);
+    const idx_t next = min(step + 1, steps);  // steps: an inactive unit, an empty group
+    auto refill = [&] { resident_load(p, make_unit(p, next), step + 1, src); };
     if (step >= 1 && step <= steps) {
       const Unit u = make_unit(p, step - 1);
       if (u.active) stats(u, step - 1, ctx_b);
     }
-    if (uc.active) output(uc, step - NJ_OUTPUT_LAG, peek, ctx_c);
+    if (uc.active) output(uc, step - NJ_OUTPUT_LAG, peek, ctx_c, refill);
+    if (!uc.active || !p.early_refill) refill();
   }
   nj_cp_async_wait<0>();
 }

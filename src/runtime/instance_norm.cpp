@@ -167,6 +167,7 @@ struct Plan {
   bool cooperative = false;
   bool channel_major = false;
   bool reverse_output = true;
+  bool early_refill = false;
   int chunks = 1;
   int chunk_vectors = 0;
   int64_t counters = 0, partials = 0, scratch = 0, exchange = 0;
@@ -185,6 +186,7 @@ Plan make_plan(const Launch& l, const LoadedKernel& k, const DeviceState& dev) {
   p.cooperative = l.cooperative;
   p.channel_major = l.channel_major;
   p.reverse_output = output_pass_reversed();
+  p.early_refill = l.early_refill;
   p.chunks = l.chunks;
   if (l.chunk_vectors > 0x7fffffff)
     throw Error("normjit: internal: " + std::to_string(l.chunk_vectors) +
@@ -220,6 +222,7 @@ void launch_plan(const Plan& plan, int device, NjParams& params, void* stream) {
   params.chunk_vectors = plan.chunk_vectors;
   params.channel_major = plan.channel_major;
   params.reverse_output = plan.reverse_output;
+  params.early_refill = plan.early_refill;
   void* args[] = {&params};
   CUresult r;
   if (plan.cooperative) {

@@ -190,6 +190,18 @@ bool output_pass_reversed() {
   return reversed;
 }
 
+bool early_refill_pays(int64_t chunks, int64_t grid) {
+  // Measured on the H100 (fp16 backward kernels, three A/B runs, docs/PERF_NOTES.md session 17):
+  // instances of more chunks than the grid, whose phase C waits for peers a step or more behind,
+  // gain from loads that run during that wait: (2,32,128^3) 342 chunks 2.0-2.9 % faster,
+  // (1,32,128^3) 1.8-2.8 %; instances within one grid lose, the loads queued ahead of the poll
+  // lengthen the step: (2,64,64,128,128) 171 chunks 2.9-3.4 % slower, (2,64,64^3) and the
+  // forwards (<= 147 chunks) within 1 %.
+  static const char* forced = std::getenv("NORMJIT_EARLY_REFILL");
+  if (forced && (std::strcmp(forced, "0") == 0 || std::strcmp(forced, "1") == 0)) return forced[0] == '1';
+  return chunks > grid;
+}
+
 Policy policy_from_env() {
   const char* v = std::getenv("NORMJIT_POLICY");
   return (v && std::strcmp(v, "exact") == 0) ? Policy::exact : Policy::bounded;
@@ -327,7 +339,9 @@ Launch ncdhw_resident(const FusionKey& f, const ShapeKey& s, const DeviceProfile
   l.cooperative = true;
   l.grid = resident_grid(dev, plan.threads, instances * l.chunks);
   l.exchange = 1 + 2 * instances * l.chunks;  // the generation, then a tagged pair per chunk
-  l.tier = "split, resident in shared memory (pipelined)";
+  l.early_refill = early_refill_pays(l.chunks, l.grid);
+  l.tier = l.early_refill ? "split, resident in shared memory (pipelined, early refill)"
+                          : "split, resident in shared memory (pipelined)";
   return l;
 }
 

@@ -42,6 +42,9 @@ SplitMode split_mode();
 // Whether the streamed channels-last kernels walk each chunk backwards in their output pass (the
 // default; NORMJIT_OUTPUT_ORDER=forward walks it forwards, for comparison). Read once per process.
 bool output_pass_reversed();
+// Whether the resident split refills a slot early (phase C's read) for instances of `chunks`
+// chunks on a grid of `grid` CTAs; NORMJIT_EARLY_REFILL=0|1 forces it, for measurements.
+bool early_refill_pays(int64_t chunks, int64_t grid);
 // Shared-memory slots of the resident split's pipeline (3-8; NORMJIT_RESIDENT_SLOTS, default 4).
 // Read once per process.
 int resident_slots();
@@ -70,6 +73,9 @@ struct Launch {
   // Instances walked channel by channel (n fastest), so that every CTA holds all N samples of its
   // channels and sums the backward's dweight/dbias itself, without a grid-wide finishing pass.
   bool channel_major = false;
+  // The resident split: phase C starts the next chunk's load right after reading its slot, not at
+  // the step's end (resident_split.cuh; early_refill_pays).
+  bool early_refill = false;
   const char* tier = "";       // the size tier, for explain
 };
 

@@ -292,7 +292,10 @@ TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
       const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
       SCOPED_TRACE(dev.name + " " + describe(k.fusion) + ": " + l.tier + " " + describe(l.config));
       ASSERT_TRUE(l.config.resident);
-      EXPECT_EQ(std::string(l.tier), "split, resident in shared memory (pipelined)");
+      // The backward's 342 chunks an instance exceed the grid of 264: its slots refill early.
+      EXPECT_EQ(l.early_refill, l.chunks > l.grid);
+      EXPECT_EQ(std::string(l.tier), l.early_refill ? "split, resident in shared memory (pipelined, early refill)"
+                                                    : "split, resident in shared memory (pipelined)");
       EXPECT_TRUE(l.cooperative);
       EXPECT_FALSE(l.config.cached);
       EXPECT_EQ(l.config.threads, 256);
