@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench_cold_start as bcs  # noqa: E402
+import phase_clocks  # noqa: E402
 import bench_policy as bp  # noqa: E402
 import benchlib as bl  # noqa: E402
 import cold_start_child  # noqa: E402
@@ -683,6 +684,21 @@ def test_same_code_pairs_kernels_by_name():
             f.write(same_code.MAGIC + b"short")
         assert _raises(lambda: same_code.cubins(a), ValueError)
         assert same_code.main([os.path.join(tmp, "empty"), b]) == 2
+
+
+def test_phase_clocks_args_and_envs():
+    args = phase_clocks.parse_args(["--shapes", "2,32,128,128,128", "1,2,8,8,8"])
+    assert args.shapes == [(2, 32, 128, 128, 128), (1, 2, 8, 8, 8)] and not args.no_times
+    assert _raises(lambda: phase_clocks.parse_args(["--shapes", "2,x"]), SystemExit)
+    # The probe adds its option to the user's; the default build's child gets the user's back.
+    probe = phase_clocks.probe_env({"NORMJIT_NVRTC_OPTIONS": "-lineinfo", "HOME": "/h"})
+    assert probe == {"NORMJIT_NVRTC_OPTIONS": "-lineinfo -DNJ_PHASE_CLOCKS=1", "HOME": "/h"}
+    assert phase_clocks.default_env(probe) == {"NORMJIT_NVRTC_OPTIONS": "-lineinfo", "HOME": "/h"}
+    assert phase_clocks.default_env(phase_clocks.probe_env({})) == {}
+    cmd = phase_clocks.times_command([(2, 32, 128, 128, 128)])
+    assert cmd[1].endswith("kernel_times.py") and cmd[-2:] == ["--shapes", "2,32,128,128,128"]
+    child = kernel_times.parse_args(cmd[2:])
+    assert child.shapes == [(2, 32, 128, 128, 128)] and child.layouts == ["ncdhw"] and child.dtypes == ["fp16"]
 
 
 if __name__ == "__main__":

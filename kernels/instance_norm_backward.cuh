@@ -257,10 +257,12 @@ __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem
         // B: the chunk's (sum g, sum g * xhat), to its peers.
         BwdTile t;
         resident_take_tile(step, true, t);
+        nj_phase_mark(kPhaseBWait);
         float sums[2] = {0.f, 0.f};
         accumulate_tile(p, s, u.v_begin, u.v_end, threadIdx.x, t, sums);
         group_sum<2>(sums, smem);
         if (threadIdx.x == 0) resident_publish(p, u, tag, sums[0], sums[1]);
+        nj_phase_mark(kPhaseBReduce);
       },
       [&](const Unit& u, idx_t step, const TaggedPair& peek, const BwdContext& s, auto refill) {
         // C: the chunk from its slot (with p.early_refill refilled at once) and its terms of dx,
@@ -274,11 +276,15 @@ __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem
           if (p.early_refill) refill();
           dx_terms(p, s, t, d);
         }
+        nj_phase_mark(kPhaseCTake);
         float sums[2];
         resident_settle(p, u, tag, peek, sums[0], sums[1]);
+        nj_phase_mark(kPhaseCPoll);
         group_sum<2>(sums, smem);
+        nj_phase_mark(kPhaseCMerge);
         keep_weight_sums(p, u, threadIdx.x, sums);
         write_dx_terms(p, u, s, d, sums[0] * p.inv_spatial, sums[1] * p.inv_spatial);
+        nj_phase_mark(kPhaseCWrite);
       });
 }
 #endif

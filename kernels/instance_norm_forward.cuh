@@ -199,10 +199,12 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
         // B: the statistics of the chunk that landed, two-pass in registers, to its peers.
         vec_t xr[NJ_ITEMS];
         resident_take_landed(step, xr, nullptr, nullptr);
+        nj_phase_mark(kPhaseBWait);
         float tn = 0.f, tmean = 0.f, tm2 = 0.f, mean, m2;
         thread_tile_stats(xr, u.v_begin, u.v_end, threadIdx.x, tn, tmean, tm2);
         group_merge_stats(tn, tmean, tm2, chunk_count(p, u.chunk), smem, mean, m2);
         if (threadIdx.x == 0) resident_publish(p, u, tag, mean, m2);
+        nj_phase_mark(kPhaseBReduce);
       },
       [&](const Unit& u, idx_t step, const TaggedPair& peek, const Affine& affine, auto refill) {
         // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's) in one CTA
@@ -212,18 +214,22 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
         vec_t xr[NJ_ITEMS];
         resident_take(step, xr, nullptr, nullptr);
         if (p.early_refill) refill();
+        nj_phase_mark(kPhaseCTake);
         float mean_j, m2_j;
         resident_settle(p, u, tag, peek, mean_j, m2_j);
         const float k = resident_settle_first(p, u, tag, peek.first);
+        nj_phase_mark(kPhaseCPoll);
         const float n_j = threadIdx.x < p.chunks ? chunk_count(p, (int)threadIdx.x) : 0.f;
         float acc[2] = {0.f, 0.f};
         shifted_add(n_j, mean_j, m2_j, k, acc[0], acc[1]);
         group_sum<2>(acc, smem);
+        nj_phase_mark(kPhaseCMerge);
         float mean, m2;
         shifted_result(k, acc[0], acc[1], p.inv_spatial, mean, m2);
         float scale, shift;
         affine_scale_shift(affine, instance_rstd(p, u, threadIdx.x, mean, m2, (float)p.spatial), scale, shift);
         normalize_tile(p, u, u.v_begin, threadIdx.x, xr, mean, scale, shift);
+        nj_phase_mark(kPhaseCWrite);
       });
 }
 #endif

@@ -51,6 +51,7 @@
 static_assert(sizeof(vec_t) == 16, "the resident split moves 16-byte vectors");
 
 #define NJ_OUTPUT_LAG (NJ_STAGES - 1)
+#include "phase_clock.cuh"  // a measurement build's stamps (nothing unless NJ_PHASE_CLOCKS)
 
 __device__ __forceinline__ int resident_slot(idx_t step) { return (int)(step % NJ_STAGES); }
 
@@ -202,7 +203,9 @@ __device__ __forceinline__ void resident_pipeline(const NjParams& p, const void*
   const idx_t steps = num_rounds(p);
   resident_load(p, make_unit(p, 0), 0, src);
   auto next_stats_ctx = stats_ctx(make_unit(p, steps));  // inactive
+  nj_phase_start();
   for (idx_t step = 0; step < steps + NJ_OUTPUT_LAG; ++step) {
+    nj_phase_step(step, steps + NJ_OUTPUT_LAG);
     const Unit ul = make_unit(p, step);
     const auto ctx_b = next_stats_ctx;  // the unit of chunk step - 1
     next_stats_ctx = stats_ctx(ul);
@@ -211,6 +214,7 @@ __device__ __forceinline__ void resident_pipeline(const NjParams& p, const void*
     const auto ctx_c = output_ctx(uc);
     const idx_t next = min(step + 1, steps);  // steps: an inactive unit, an empty group
     auto refill = [&] { resident_load(p, make_unit(p, next), step + 1, src); };
+    nj_phase_mark(kPhaseA);
     if (step >= 1 && step <= steps) {
       const Unit u = make_unit(p, step - 1);
       if (u.active) stats(u, step - 1, ctx_b);
@@ -219,5 +223,6 @@ __device__ __forceinline__ void resident_pipeline(const NjParams& p, const void*
     if (!uc.active || !p.early_refill) refill();
   }
   nj_cp_async_wait<0>();
+  nj_phase_report(NJ_BACKWARD ? "backward" : "forward", steps + NJ_OUTPUT_LAG, p.chunks);
 }
 #endif
