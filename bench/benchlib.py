@@ -691,6 +691,22 @@ def load_normjit() -> tuple[object | None, dict]:
     return normjit, info
 
 
+def require_gpu_normjit(prog: str):
+    """(torch, normjit) for a script that runs normjit's kernels, or None after saying on stderr why
+    it cannot run here (no CUDA GPU, or normjit not available)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{prog}: needs a CUDA GPU (none here)", file=sys.stderr)
+        return None
+    import normjit
+
+    if not normjit.is_available():
+        print(f"{prog}: normjit is not available: {normjit.unavailable_reason()}", file=sys.stderr)
+        return None
+    return torch, normjit
+
+
 def normjit_cache_info(normjit) -> dict | None:
     """normjit.cache_info() as a JSON-friendly dict, or None if it is missing or raises."""
     if normjit is None:

@@ -172,20 +172,14 @@ def main(argv=None) -> int:
         table = ab_table(lines)
         print(table or "kernel_times: no kernel timings in " + ", ".join(args.table), end="" if table else "\n")
         return 0 if table else 1
-    import torch
-    import torch.nn.functional as F
-
-    if not torch.cuda.is_available():
-        print("kernel_times: needs a CUDA GPU (none here)", file=sys.stderr)
+    ready = bl.require_gpu_normjit("kernel_times")
+    if ready is None:
         return 2
+    torch, _ = ready
+    import torch.nn.functional as F
     import triton
-
-    import normjit
     from normjit.functional import ACTIVATIONS
 
-    if not normjit.is_available():
-        print(f"kernel_times: normjit is not available: {normjit.unavailable_reason()}", file=sys.stderr)
-        return 2
     if args.activation not in ACTIVATIONS:
         print(f"kernel_times: unknown activation {args.activation!r}", file=sys.stderr)
         return 2

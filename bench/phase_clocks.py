@@ -21,6 +21,9 @@ import os
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as bl  # noqa: E402
+
 PROBE_OPTION = "-DNJ_PHASE_CLOCKS=1"
 
 
@@ -56,16 +59,10 @@ def default_env(environ) -> dict:
 
 def probe(shapes) -> int:
     os.environ.update(probe_env(os.environ))
-    import torch
-
-    if not torch.cuda.is_available():
-        print("phase_clocks: needs a CUDA GPU (none here)", file=sys.stderr)
+    ready = bl.require_gpu_normjit("phase_clocks")
+    if ready is None:
         return 2
-    import normjit
-
-    if not normjit.is_available():
-        print(f"phase_clocks: normjit is not available: {normjit.unavailable_reason()}", file=sys.stderr)
-        return 2
+    torch, _ = ready
     fwd = torch.ops.normjit.instance_norm_fwd.default
     bwd = torch.ops.normjit.instance_norm_bwd.default
     for shape in shapes:

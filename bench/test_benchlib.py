@@ -354,5 +354,38 @@ def test_console_fits_for_full_default_run():
     assert len(console) < 9_500, len(console)
 
 
+def test_require_gpu_normjit_says_why_not():
+    """With stand-ins for torch and normjit: None and a reason on stderr, or the two modules."""
+    import contextlib
+    import io
+    import types
+
+    fake_torch = types.ModuleType("torch")
+    fake_torch.cuda = types.SimpleNamespace(is_available=lambda: False)
+    fake_normjit = types.ModuleType("normjit")
+    fake_normjit.is_available = lambda: False
+    fake_normjit.unavailable_reason = lambda: "libcuda not found"
+    saved = {name: sys.modules.get(name) for name in ("torch", "normjit")}
+    sys.modules.update(torch=fake_torch, normjit=fake_normjit)
+    try:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert bl.require_gpu_normjit("probe") is None
+        assert err.getvalue() == "probe: needs a CUDA GPU (none here)\n", err.getvalue()
+        fake_torch.cuda.is_available = lambda: True
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert bl.require_gpu_normjit("probe") is None
+        assert "normjit is not available: libcuda not found" in err.getvalue(), err.getvalue()
+        fake_normjit.is_available = lambda: True
+        assert bl.require_gpu_normjit("probe") == (fake_torch, fake_normjit)
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+
+
 if __name__ == "__main__":
     sys.exit(bl.run_test_functions(globals()))
