@@ -105,6 +105,23 @@ __device__ __forceinline__ bool writes_channel(const NjParams& p, const TileUnit
   return u.c_valid && (!NJ_FLAT || u.c0 + j < (idx_t)p.C);
 }
 
+// Threads that share one column's rows in column_sum: a power of two up to a warp, as many as
+// the CTA has for its K * TC columns. Only where a column is long (128 or 256 rows: tiles of one
+// or two lanes in a CTA of 256, as the deep stages' narrow tiles are), whose single pass would be
+// a chain of 128-256 dependent adds in the few threads that own a column; the other kernels keep
+// the single pass they were measured with. 1: the single pass.
+template <int K>
+constexpr int column_sum_threads() {
+#if NJ_FLAT
+  return 1;
+#else
+  constexpr int rows = NJ_THREADS / NJ_GROUP, columns = K * NJ_GROUP * NJ_VEC;
+  int t = 1;
+  while (rows >= 128 && t < 32 && 2 * t * columns <= NJ_THREADS && 2 * t <= rows) t *= 2;
+  return t;
+#endif
+}
+
 // Column sums over the CTA's rows: v[k][j] (sum k, column j of this thread's vector) becomes the
 // total over all rows for that column. smem: NJ_NSUM * NJ_THREADS * NJ_VEC floats.
 template <int K>
@@ -116,15 +133,30 @@ __device__ __forceinline__ void column_sum(const TileUnit& u, float (&v)[K][NJ_V
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) smem[(k * rows + thread_row(u)) * tc + thread_lane(u) * NJ_VEC + j] = v[k][j];
   __syncthreads();
-  // Thread t < K * TC adds column (t % TC) of sum (t / TC) in row order; the totals go to row 0.
-  for (int t = threadIdx.x; t < K * tc; t += NJ_THREADS) {
-    const int k = t / tc, col = t % tc;
+  constexpr int kShare = column_sum_threads<K>();
+  if (kShare > 1) {
+    // kShare neighbouring lanes per column, each adding a block of rows in row order; warp_sum's
+    // butterfly adds the blocks in an order fixed at compile time (every lane gets the same bits:
+    // each step adds the same two values, swapped). Every thread takes part in the shuffles.
+    const int col = threadIdx.x / kShare, part = threadIdx.x % kShare, block = rows / kShare;
+    const int k = col / tc, c = col % tc;
     float s = 0.f;
-    // Unrolled by 8, not fully: a full unroll (64 rows at 4 lanes) put 256 of the kernel's
-    // ~3000 PTX instructions in these 4 sums that only K * TC threads run.
+    if (col < K * tc)
 #pragma unroll 8
-    for (int r = 0; r < rows; ++r) s += smem[(k * rows + r) * tc + col];
-    smem[(k * rows) * tc + col] = s;  // row 0 was already read by this thread
+      for (int r = part * block; r < (part + 1) * block; ++r) s += smem[(k * rows + r) * tc + c];
+    s = warp_sum(s, kShare);
+    if (col < K * tc && part == 0) smem[(k * rows) * tc + c] = s;  // row 0 was read by this thread only
+  } else {
+    // Thread t < K * TC adds column (t % TC) of sum (t / TC) in row order; the totals go to row 0.
+    for (int t = threadIdx.x; t < K * tc; t += NJ_THREADS) {
+      const int k = t / tc, col = t % tc;
+      float s = 0.f;
+      // Unrolled by 8, not fully: a full unroll (64 rows at 4 lanes) put 256 of the kernel's
+      // ~3000 PTX instructions in these 4 sums that only K * TC threads run.
+#pragma unroll 8
+      for (int r = 0; r < rows; ++r) s += smem[(k * rows + r) * tc + col];
+      smem[(k * rows) * tc + col] = s;  // row 0 was already read by this thread
+    }
   }
   __syncthreads();
 #pragma unroll

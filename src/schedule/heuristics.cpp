@@ -174,6 +174,15 @@ int ring_stage_cap() {
   return cap;
 }
 
+int nhwc_min_row_bytes() {
+  // 32: a deep stage's channel tiles narrow down to rows of one whole 32-byte sector
+  // (nhwc_deep_tier). 16 allows half sectors (one fp16 vector: the fp16 backward with a residual
+  // then spills 20-38 bytes, ptxas, sm_90); 128 turns the narrowing off. The variable is for
+  // measurements; read once per process.
+  static const int bytes = env_int_in("NORMJIT_NHWC_MIN_ROW_BYTES", 2, 512, 32);
+  return bytes;
+}
+
 int nhwc_backward_items_override() {
   static const int items = env_int_in("NORMJIT_NHWC_BWD_ITEMS", 1, 8, 0);
   return items;
@@ -425,7 +434,8 @@ struct NhwcGeometry {
   int64_t tiles = 1;    // channel tiles per sample (1 when flat)
 };
 
-NhwcGeometry nhwc_geometry(const FusionKey& f, const ShapeKey& s) {
+// `max_lanes` caps a tile's width below the natural one (nhwc_deep_tier); flat rows ignore it.
+NhwcGeometry nhwc_geometry(const FusionKey& f, const ShapeKey& s, int max_lanes = 32) {
   NhwcGeometry g;
   g.vec = vector_width(s, f.dtype, f.layout);
   const int vec16 = 16 / dtype_size(f.dtype);
@@ -440,7 +450,7 @@ NhwcGeometry nhwc_geometry(const FusionKey& f, const ShapeKey& s) {
       return g;
     }
   }
-  g.lanes = nhwc_lanes(s.C, g.vec);
+  g.lanes = std::min(nhwc_lanes(s.C, g.vec), max_lanes);
   g.extent = s.spatial;
   g.tiles = ceil_div(s.C, int64_t(g.lanes) * g.vec);
   return g;
@@ -481,11 +491,12 @@ int nhwc_streamed_items(const FusionKey& f) {
   }
 }
 
-// A CTA of `threads` per (n, channel tile) holding all positions in registers; threads == 0 when
-// they do not fit.
-Launch nhwc_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy, int threads) {
+// A CTA of `threads` per (n, channel tile of at most `max_lanes` vectors) holding all positions in
+// registers; threads == 0 when they do not fit.
+Launch nhwc_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy, int threads,
+                 int max_lanes) {
   Launch l;
-  const NhwcGeometry g = nhwc_geometry(f, s);
+  const NhwcGeometry g = nhwc_geometry(f, s, max_lanes);
   const int rows = threads / g.lanes;
   const int items = policy == Policy::bounded ? kBoundedItems : items_for(policy, g.extent, rows);
   if (int64_t(rows) * items < g.extent) return l;
@@ -551,11 +562,43 @@ int64_t nhwc_default_chunks(const FusionKey& f, const ShapeKey& s, const DeviceP
   return budget > 1 ? std::max(budget, fill) : budget;
 }
 
-Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+// The smaller tier (a CTA of 64, else 256) that holds a whole unit of channel tiles at most
+// `max_lanes` vectors wide; threads == 0 when neither does.
+Launch nhwc_fitting_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy,
+                         int max_lanes) {
   for (int threads : kNhwcThreads) {
-    const Launch l = nhwc_tier(f, s, dev, policy, threads);
+    const Launch l = nhwc_tier(f, s, dev, policy, threads, max_lanes);
     if (l.config.threads != 0) return l;
   }
+  return {};
+}
+
+// Whether a tile of `lanes` vectors still reads rows of nhwc_min_row_bytes: a narrower row would
+// read part of a 32-byte sector for every position.
+bool nhwc_row_wide_enough(const FusionKey& f, const NhwcGeometry& g, int lanes) {
+  return lanes >= 1 && lanes * g.vec * dtype_size(f.dtype) >= nhwc_min_row_bytes();
+}
+
+// Deep stages (few positions, many channels) have few (sample, channel tile) units at the natural
+// tile width of 8 vectors (64 fp16 channels): (2,320,8^3) ran as 10 CTAs streaming a unit twice,
+// ~10 us on the H100 and H200 against ~6.5 for its NCDHW kernel; (2,320,4^3) as 10 CTAs of 256.
+// Narrower tiles give more units, each one held whole in a CTA's registers with no exchange
+// between CTAs: halve the lanes while the grid has fewer CTAs than the GPU has SMs and a row
+// keeps a whole 32-byte sector (nhwc_min_row_bytes). threads == 0 when no tier holds a unit.
+Launch nhwc_deep_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  Launch best = nhwc_fitting_tier(f, s, dev, policy, g.lanes);
+  if (g.flat) return best;
+  for (int lanes = g.lanes / 2; nhwc_row_wide_enough(f, g, lanes); lanes /= 2) {
+    if (best.config.threads != 0 && best.grid >= dev.sms) break;
+    if (const Launch narrower = nhwc_fitting_tier(f, s, dev, policy, lanes); narrower.config.threads != 0)
+      best = narrower;
+  }
+  return best;
+}
+
+Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  if (const Launch l = nhwc_deep_tier(f, s, dev, policy); l.config.threads != 0) return l;
   const NhwcGeometry g = nhwc_geometry(f, s);
   const int rows = kNhwcSplitThreads / g.lanes;
   const int64_t insts = s.N * g.tiles;
@@ -705,12 +748,16 @@ void nhwc_candidates(CandidateList& c, Policy policy) {
   const int64_t k_cached = ceil_div(g.extent, int64_t(rows) * kBoundedItems);
 
   bool fits_a_tier = false;
-  for (int threads : kNhwcThreads) {  // the default's tier (a repeat) and the larger one
-    const Launch l = nhwc_tier(f, s, dev, policy, threads);
+  for (int threads : kNhwcThreads) {  // the natural width's tiers
+    const Launch l = nhwc_tier(f, s, dev, policy, threads, g.lanes);
     if (l.config.threads == 0) continue;
     fits_a_tier = true;
     c.add(l);
   }
+  // Narrower channel tiles, each unit held whole by one CTA (nhwc_deep_tier's choices).
+  if (!g.flat)
+    for (int lanes = g.lanes / 2; nhwc_row_wide_enough(f, g, lanes); lanes /= 2)
+      c.add(nhwc_fitting_tier(f, s, dev, policy, lanes));
   if (f.train) {
     for (int64_t k : {std::max<int64_t>(2, k_cached), parallel_chunks(insts, g.extent, rows, 2, dev)})
       if (k >= k_cached && k <= resident && g.extent >= 2 * int64_t(rows))

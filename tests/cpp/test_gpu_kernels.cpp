@@ -172,6 +172,36 @@ TEST(GpuKernelsChannelsLastRing, EdgeShapesMatchDoubleReference) {
   }
 }
 
+// Channels-last deep stages: channel tiles narrower than the natural 8 vectors, each (sample,
+// tile) unit held whole by one CTA (nhwc_deep_tier in heuristics.cpp). Covers two-lane tiles in a
+// CTA of 256 (128 rows: the column sums shared by 8-16 threads a column) and of 64, fp32 rows of
+// two 4-wide vectors with mean >> std, 2-byte vectors (16 lanes, the last tile with one channel),
+// 8 channels (one lane, 256 rows: 16-32 threads a column), bf16, a residual with leaky_relu and
+// no affine.
+TEST(GpuKernelsChannelsLastDeep, NarrowTilesMatchDoubleReference) {
+  REQUIRE_GPU();
+  using A = normjit::Activation;
+  const normjit::DeviceProfile dev = normjit::live_profile(0);
+  const std::vector<Case> cases = {
+      {{2, 320, 8, 8, 8}, DType::f16, true, true, A::leaky_relu, true},
+      {{2, 320, 4, 4, 4}, DType::bf16, true},
+      {{2, 320, 8, 8, 8}, DType::f32, true, true, A::identity, false, 1000.f},
+      {{32, 320, 8, 8, 8}, DType::f16, true},
+      {{2, 321, 4, 4, 4}, DType::f16, true},
+      {{3, 64, 7, 8, 9}, DType::f16, true, false, A::gelu_erf, false},
+      {{3, 8, 8, 8, 8}, DType::f16, true, true, A::leaky_relu, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    for (bool forward : {true, false}) {
+      const normjit::Launch l = default_launch(c, forward, dev);
+      EXPECT_TRUE(l.config.cached && l.chunks == 1 && !l.cooperative)
+          << (forward ? "forward: " : "backward: ") << l.tier << ", chunks " << l.chunks;
+    }
+    check_case(c);
+  }
+}
+
 // Channels-last with C not a multiple of the 16-byte vector: the flat super-rows of lcm(C, vec)
 // elements (kernels/nhwc_tile.cuh) where positions per super-row divide the volume and the lanes
 // fit 32, else the narrow vectors. Covers 3, 8 and 15 lanes (spare threads in the CTA), 2, 4 and 8

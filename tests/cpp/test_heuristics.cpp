@@ -408,9 +408,8 @@ TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
     int64_t grid;
   };
   for (const Row& r : {Row{{2, 128, 32, 32, 32}, 66, 264}, Row{{2, 256, 16, 16, 16}, 16, 128},
-                       Row{{2, 64, 64, 64, 64}, 132, 264}, Row{{2, 320, 8, 8, 8}, 2, 20}}) {
+                       Row{{2, 64, 64, 64, 64}, 132, 264}}) {
     for (bool forward : {true, false}) {
-      if (forward && r.shape[2] == 8) continue;  // below
       const CallKeys k = forward ? forward_keys(fwd_args(r.shape, DType::f16, Layout::ndhwc))
                                  : backward_keys(bwd_args(r.shape, DType::f16, Layout::ndhwc));
       const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
@@ -424,10 +423,51 @@ TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
     }
   }
   // Where the L2 budget keeps an instance whole, it stays whole: one chunk needs no exchange.
-  const CallKeys k = forward_keys(fwd_args({2, 320, 8, 8, 8}, DType::f16, Layout::ndhwc));
+  // (8 channels: one 16-byte vector a row, 4096 positions, more than a CTA's registers hold.)
+  const CallKeys k = forward_keys(fwd_args({2, 8, 16, 16, 16}, DType::f16, Layout::ndhwc));
   const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
+  EXPECT_EQ(l.tier, std::string("channels-last split, streamed twice"));
   EXPECT_EQ(l.chunks, 1);
   EXPECT_FALSE(l.cooperative);
+}
+
+TEST(Heuristics, ChannelsLastDeepStagesNarrowTheChannelTiles) {
+  // Few positions and many channels: at 8 vectors a tile (64 fp16 channels) (2,320,8^3) had 10
+  // units; tiles of fewer lanes give more units, each held whole by one CTA (no exchange), until
+  // the grid has a CTA per SM or a row would be narrower than a 32-byte sector.
+  struct Row {
+    Shape shape;
+    DType dtype;
+    int threads, lanes;
+    int64_t grid;
+  };
+  for (const Row& r : {Row{{2, 320, 8, 8, 8}, DType::f16, 256, 2, 40},   // 512 positions: 128 rows x 4
+                       Row{{2, 320, 4, 4, 4}, DType::f16, 64, 2, 40},    // 64 positions: a CTA of 64
+                       Row{{1, 320, 4, 4, 4}, DType::bf16, 64, 2, 20},
+                       Row{{2, 320, 8, 8, 8}, DType::f32, 256, 2, 80},   // 2 x 4 floats a row
+                       Row{{2, 321, 4, 4, 4}, DType::f16, 256, 16, 42},  // 2-byte vectors: 16 lanes a row
+                       Row{{16, 320, 4, 4, 4}, DType::f16, 64, 4, 160},  // a CTA per SM at 4 lanes
+                       Row{{4, 256, 8, 8, 8}, DType::bf16, 256, 2, 64}}) {
+    for (bool forward : {true, false}) {
+      const CallKeys k = forward ? forward_keys(fwd_args(r.shape, r.dtype, Layout::ndhwc))
+                                 : backward_keys(bwd_args(r.shape, r.dtype, Layout::ndhwc));
+      const Launch l = launch_for(k, "H100");
+      SCOPED_TRACE(describe(l.config) + (forward ? " fwd " : " bwd ") + std::to_string(r.shape[0]) + "x" +
+                   std::to_string(r.shape[1]) + "x" + std::to_string(r.shape[2]));
+      EXPECT_EQ(l.config.threads, r.threads);
+      EXPECT_EQ(l.config.group, r.lanes);
+      EXPECT_EQ(l.grid, r.grid);
+      EXPECT_EQ(l.chunks, 1);
+      EXPECT_TRUE(l.config.cached);
+      EXPECT_FALSE(l.cooperative);
+    }
+  }
+  // Bigger volumes keep the natural width: a unit is more than a CTA holds at any width.
+  EXPECT_EQ(launch_for(forward_keys(fwd_args({2, 128, 32, 32, 32}, DType::f16, Layout::ndhwc)), "H100").config.group, 8);
+  EXPECT_EQ(launch_for(forward_keys(fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ndhwc)), "H100").config.group,
+            4);
+  // Enough units at the natural width: no narrowing.
+  EXPECT_EQ(launch_for(forward_keys(fwd_args({256, 64, 4, 4, 4}, DType::f16, Layout::ndhwc)), "H100").config.group, 8);
 }
 
 // ----------------------------------------------------------------- the bound on kernel configs

@@ -508,7 +508,7 @@ TEST(PrefetchLadderDeathTest, AColdForwardCompilesTheNextStagesIntoTheDiskCache)
 
 // The forward of a stage the ladder guessed (its kernel queued) starts no ladder of its own: from
 // it, a ladder would reach a stage deeper than the network (2^3 below a 4^3 bottleneck). A forward
-// nothing guessed (here a second, shallower network's first norm) still starts its own.
+// nothing guessed (here a second network's first norm, in bf16) still starts its own.
 TEST(PrefetchLadderDeathTest, AGuessedStageStartsNoLadder) {
   REQUIRE_NVRTC();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
@@ -518,7 +518,7 @@ TEST(PrefetchLadderDeathTest, AGuessedStageStartsNoLadder) {
   // 64^3, it would reach 2^3, whose channels-last kernels no other stage shares.
   const CallKeys top = forward_of({{2, 32, 128, 128, 128}, DType::f16, Layout::ndhwc});
   const CallKeys next = forward_of({{2, 64, 64, 64, 64}, DType::f16, Layout::ndhwc});
-  const CallKeys other = forward_of({{2, 32, 64, 64, 64}, DType::f16, Layout::ndhwc});
+  const CallKeys other = forward_of({{2, 32, 64, 64, 64}, DType::bf16, Layout::ndhwc});
   auto config_of = [&](const CallKeys& k) { return choose_launch(k.fusion, k.shape, dev, Policy::bounded).config; };
   auto body = [&] {
     setenv("NORMJIT_CACHE_DIR", dir.path().c_str(), 1);
