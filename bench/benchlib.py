@@ -804,6 +804,45 @@ def _events_time_us(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -
     return 1000.0 * median([s.elapsed_time(e) for s, e in zip(starts, ends)])
 
 
+def per_call_kernel_times_us(kernels: Sequence[tuple[float, float]], calls: int) -> tuple[float, int]:
+    """(median over calls of the GPU time a call's kernels took, kernels per call) from the
+    (start, end) µs of every kernel the profiler saw in `calls` calls of one function.
+
+    A call's kernels are consecutive in start order; a call that launches k kernels contributes
+    the sum of its k durations (gaps between them are not counted: they are launch latency)."""
+    if calls <= 0 or not kernels or len(kernels) % calls:
+        raise ValueError(f"{len(kernels)} kernels cannot be {calls} calls of the same kernels")
+    per_call = len(kernels) // calls
+    ordered = sorted(kernels)
+    sums = [sum(end - start for start, end in ordered[i:i + per_call]) for i in range(0, len(ordered), per_call)]
+    return median(sums), per_call
+
+
+def kernel_time_us(fn: Callable[[], object], name_prefix: str = "normjit_", calls: int = 50) -> tuple[float, int]:
+    """(median GPU time of the kernels fn() launches whose names start with name_prefix, kernels
+    per call), from CUPTI's kernel records (torch.profiler), with the L2 flushed before every call.
+
+    gpu_time_us measures from a CUDA event before fn to one after it, so a 5 µs kernel also
+    counts the ~2 µs from the event to the kernel's start; this counts only the kernels' own
+    execution, the "GPU time per kernel" of issue 3's deep-stage target."""
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    kernels = [(e.time_range.start, e.time_range.end) for e in prof.events()
+               if e.device_type == DeviceType.CUDA and e.name.startswith(name_prefix)]
+    return per_call_kernel_times_us(kernels, calls)
+
+
 def copy_bandwidth(nbytes: int = 1 << 30) -> dict:
     """Device-to-device copy bandwidth: dst.copy_(src) of an nbytes tensor, counting bytes read
     plus bytes written, over the median time. This is the practical ceiling that % of copy uses."""

@@ -14,6 +14,10 @@ process). Every configuration is first checked against float64 torch; near
 an activation's kink (|pre-activation| < 1e-3) a low-precision input can land on the other side,
 so those elements are left out of the gradient check and counted. bench_instance_norm.py is the
 benchmark with peers; this is the microscope.
+
+`--timer cupti` times the kernels themselves instead (torch.profiler's CUPTI kernel records, the
+sum of a call's kernels, how many it launched): the deep stages' 5-8 µs kernels take ~2 µs less
+than their event times, which include the gap from the start event to the kernel.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ import benchlib as bl  # noqa: E402
 DTYPES = ("fp16", "bf16", "fp32")
 LAYOUTS = ("ncdhw", "ndhwc")
 MODES = ("fwd", "bwd")
+TIMERS = ("events", "cupti")
 KINK = 1e-3
 
 
@@ -41,6 +46,10 @@ def parse_args(argv=None):
     ap.add_argument("--residual", action="store_true", help="add a residual before the activation")
     ap.add_argument("--tag", default="", help="a label printed on every line (the setting under test)")
     ap.add_argument("--no-check", action="store_true", help="skip the float64 check")
+    ap.add_argument("--timer", choices=TIMERS, default="events",
+                    help="events: CUDA events around each call (do_bench; includes the ~2 us from the "
+                         "event to the kernel's start); cupti: the kernels' own execution from the "
+                         "profiler's kernel records (issue 3's 'GPU time per kernel')")
     ap.add_argument("--table", nargs="+", metavar="LOG",
                     help="no GPU run: read earlier runs' output and print one markdown row per kernel "
                          "with every tag's median (A/B runs: bench/compare_baseline.sh)")
@@ -76,11 +85,22 @@ def kernel_bytes(shape, dtype, mode, residual, activation):
     return bl.ideal_bytes(shape, dtype, mode) + residual_tensors * bl.numel(shape) * bl.DTYPE_SIZES[dtype]
 
 
-def timing(mode, us, nbytes, copy_tbps):
-    """'bwd 291.0 us (2.77 TB/s, 66 % of copy)': the fields --table reads come first."""
+def timing(mode, us, nbytes, copy_tbps, kernels=None):
+    """'bwd 291.0 us (2.77 TB/s, 66 % of copy)': the fields --table reads come first; with
+    `kernels` (the cupti timer) also how many kernels the call launched."""
     rate = bl.tbps(nbytes, us)
     pct = bl.pct_of(rate, copy_tbps)
-    return f"  {mode} {us:8.1f} us ({rate:.2f} TB/s" + (f", {pct:.0f} % of copy)" if pct is not None else ")")
+    return (f"  {mode} {us:8.1f} us ({rate:.2f} TB/s" + (f", {pct:.0f} % of copy" if pct is not None else "")
+            + (f", {kernels} kernel{'s' if kernels != 1 else ''}" if kernels is not None else "") + ")")
+
+
+def time_call(timer, fn):
+    """(µs, kernels per call or None) of fn by the chosen timer, L2 flushed before every call."""
+    if timer == "cupti":
+        return bl.kernel_time_us(fn)
+    import triton
+
+    return triton.testing.do_bench(fn, return_mode="median") * 1e3, None
 
 
 def parse_line(line):
@@ -177,7 +197,6 @@ def main(argv=None) -> int:
         return 2
     torch, _ = ready
     import torch.nn.functional as F
-    import triton
     from normjit.functional import ACTIVATIONS
 
     if args.activation not in ACTIVATIONS:
@@ -185,7 +204,7 @@ def main(argv=None) -> int:
         return 2
     act, slope = ACTIVATIONS[args.activation], 0.01
     copy_tbps = bl.copy_bandwidth()["tbps"]
-    print(f"{args.tag:16s} device-to-device copy: {copy_tbps:.2f} TB/s", flush=True)
+    print(f"{args.tag:16s} device-to-device copy: {copy_tbps:.2f} TB/s; timer: {args.timer}", flush=True)
     fwd = torch.ops.normjit.instance_norm_fwd.default
     bwd = torch.ops.normjit.instance_norm_bwd.default
     wrong = 0
@@ -206,15 +225,13 @@ def main(argv=None) -> int:
                 line = (f"{args.tag:16s} {layout} {','.join(map(str, shape)):18s} {name} "
                         f"act={args.activation or 'none'} residual={int(args.residual)}")
                 if "fwd" in args.modes:
-                    t = triton.testing.do_bench(
-                        lambda: fwd(x, w, b, r, None, None, True, 0.1, 1e-5, act, slope), return_mode="median")
-                    line += timing("fwd", t * 1e3, kernel_bytes(shape, name, "fwd", r is not None, args.activation),
-                                   copy_tbps)
+                    t, k = time_call(args.timer, lambda: fwd(x, w, b, r, None, None, True, 0.1, 1e-5, act, slope))
+                    line += timing("fwd", t, kernel_bytes(shape, name, "fwd", r is not None, args.activation),
+                                   copy_tbps, k)
                 if "bwd" in args.modes:
-                    t = triton.testing.do_bench(
-                        lambda: bwd(dy, x, w, b, r, mean, rstd, act, slope, mask), return_mode="median")
-                    line += timing("bwd", t * 1e3, kernel_bytes(shape, name, "bwd", r is not None, args.activation),
-                                   copy_tbps)
+                    t, k = time_call(args.timer, lambda: bwd(dy, x, w, b, r, mean, rstd, act, slope, mask))
+                    line += timing("bwd", t, kernel_bytes(shape, name, "bwd", r is not None, args.activation),
+                                   copy_tbps, k)
                 if not args.no_check:
                     y_err, g_err, w_err, kinks = check(torch, F, x, w, b, r, dy, act, slope, (y, dx, dw, dres))
                     line += (f"  error (relative to max) y {y_err:.1e}, dx/dres {g_err:.1e} "

@@ -552,6 +552,29 @@ def test_kernel_times_bandwidth():
     assert kernel_times.parse_line("new              device-to-device copy: 4.22 TB/s") is None
 
 
+def test_kernel_times_cupti_timer():
+    """The cupti timer's per-call grouping (no GPU needed) and its timing field, which --table
+    still reads."""
+    # 3 calls of a 2-kernel op, records out of order: per call 4+1, 5+2, 3+1 us
+    kernels = [(100.0, 104.0), (110.0, 111.0), (200.0, 205.0), (210.0, 212.0), (300.0, 303.0), (306.0, 307.0)]
+    assert bl.per_call_kernel_times_us(list(reversed(kernels)), 3) == (5.0, 2)
+    assert bl.per_call_kernel_times_us([(0.0, 4.5)], 1) == (4.5, 1)
+    for bad_kernels, calls in ((kernels[:5], 3), ([], 3), (kernels, 0)):
+        try:
+            bl.per_call_kernel_times_us(bad_kernels, calls)
+        except ValueError as e:
+            assert "calls" in str(e)
+        else:
+            raise AssertionError(f"{len(bad_kernels)} kernels in {calls} calls accepted")
+    field = kernel_times.timing("fwd", 4.1, 1_310_720, 3.0, kernels=1)
+    assert field == "  fwd      4.1 us (0.32 TB/s, 11 % of copy, 1 kernel)", field
+    assert kernel_times.timing("bwd", 8.0, 1_310_720, None, kernels=2).endswith("(0.16 TB/s, 2 kernels)")
+    line = "cupti            ndhwc 2,320,8,8,8        fp16 act=none residual=0" + field
+    assert kernel_times.parse_line(line)[2] == {"fwd": 4.1}
+    assert kernel_times.parse_args(["--timer", "cupti"]).timer == "cupti"
+    assert kernel_times.parse_args([]).timer == "events"
+
+
 def test_kernel_times_wrong_outputs():
     assert kernel_times.wrong_outputs("fp16", {"y": 1.2e-3, "dx/dres": 3.4e-3, "dweight": 1e-6}) == []
     assert kernel_times.wrong_outputs("fp16", {"y": 1.2e-3, "dx/dres": 0.5, "dweight": float("nan")}) == \
