@@ -46,6 +46,9 @@ def parse_args(argv=None):
     ap.add_argument("--residual", action="store_true", help="add a residual before the activation")
     ap.add_argument("--tag", default="", help="a label printed on every line (the setting under test)")
     ap.add_argument("--no-check", action="store_true", help="skip the float64 check")
+    ap.add_argument("--no-weight-grads", action="store_true",
+                    help="time the backward without dweight/dbias (what their cross-CTA sum costs: "
+                         "compare with a run without this flag; the check still covers them)")
     ap.add_argument("--timer", choices=TIMERS, default="events",
                     help="events: CUDA events around each call (do_bench; includes the ~2 us from the "
                          "event to the kernel's start); cupti: the kernels' own execution from the "
@@ -229,7 +232,8 @@ def main(argv=None) -> int:
                     line += timing("fwd", t, kernel_bytes(shape, name, "fwd", r is not None, args.activation),
                                    copy_tbps, k)
                 if "bwd" in args.modes:
-                    t, k = time_call(args.timer, lambda: bwd(dy, x, w, b, r, mean, rstd, act, slope, mask))
+                    timed_mask = [True, not args.no_weight_grads, r is not None]
+                    t, k = time_call(args.timer, lambda: bwd(dy, x, w, b, r, mean, rstd, act, slope, timed_mask))
                     line += timing("bwd", t, kernel_bytes(shape, name, "bwd", r is not None, args.activation),
                                    copy_tbps, k)
                 if not args.no_check:

@@ -573,6 +573,7 @@ def test_kernel_times_cupti_timer():
     assert kernel_times.parse_line(line)[2] == {"fwd": 4.1}
     assert kernel_times.parse_args(["--timer", "cupti"]).timer == "cupti"
     assert kernel_times.parse_args([]).timer == "events"
+    assert kernel_times.parse_args(["--no-weight-grads"]).no_weight_grads
 
 
 def test_kernel_times_wrong_outputs():
