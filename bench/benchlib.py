@@ -774,11 +774,18 @@ def gpu_time_us(fn: Callable[[], object], warmup_ms: float = 25, rep_ms: float =
     return _events_time_us(fn, warmup_ms, rep_ms)
 
 
+def l2_flush_buffer():
+    """256 MB on the GPU, more than any L2: zeroing it between repetitions evicts what fn left."""
+    import torch
+
+    return torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+
+
 def _events_time_us(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -> float:
     """CUDA-event timing with an L2 flush (write a 256 MB buffer) between repetitions."""
     import torch
 
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    flush = l2_flush_buffer()
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -822,14 +829,15 @@ def kernel_time_us(fn: Callable[[], object], name_prefix: str = "normjit_", call
     """(median GPU time of the kernels fn() launches whose names start with name_prefix, kernels
     per call), from CUPTI's kernel records (torch.profiler), with the L2 flushed before every call.
 
-    gpu_time_us measures from a CUDA event before fn to one after it, so a 5 µs kernel also
-    counts the ~2 µs from the event to the kernel's start; this counts only the kernels' own
-    execution, the "GPU time per kernel" of issue 3's deep-stage target."""
+    gpu_time_us measures from a CUDA event before fn to one after it, so it also counts the gap
+    from the event to the kernel's start (session 2: the NCDHW deep kernels 4.0-4.3 µs in Nsight
+    Compute, 5.8-6.0 by events); this counts only the kernels' own execution, the "GPU time per
+    kernel" of issue 3's deep-stage target."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.int8, device="cuda")
+    flush = l2_flush_buffer()
     for _ in range(3):
         fn()
     torch.cuda.synchronize()

@@ -5,7 +5,7 @@
     NORMJIT_RESIDENT_THREADS=512 python3 bench/kernel_times.py ...    # the same, another choice
 
 Calls the registered ops (torch.ops.normjit.instance_norm_fwd / _bwd) directly, so a backward is
-timed without the forward or the autograd engine: medians of triton.testing.do_bench, L2 flushed
+timed without the forward or the autograd engine: medians of benchlib.gpu_time_us (triton.testing.do_bench), L2 flushed
 before every repetition, each with its effective bandwidth (the bytes the kernel must move) and
 its share of a device-to-device copy measured at the start of the run. Meant for A/B runs of a
 heuristic or a kernel, one process per setting of the measurement variables
@@ -16,8 +16,9 @@ so those elements are left out of the gradient check and counted. bench_instance
 benchmark with peers; this is the microscope.
 
 `--timer cupti` times the kernels themselves instead (torch.profiler's CUPTI kernel records, the
-sum of a call's kernels, how many it launched): the deep stages' 5-8 µs kernels take ~2 µs less
-than their event times, which include the gap from the start event to the kernel.
+sum of a call's kernels, how many it launched): event times include the gap from the start event
+to the kernel, which matters for the deep stages' few-µs kernels (session 2: 4.0-4.3 µs in
+Nsight Compute where events said 5.8-6.0).
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def parse_args(argv=None):
                     help="time the backward without dweight/dbias (what their cross-CTA sum costs: "
                          "compare with a run without this flag; the check still covers them)")
     ap.add_argument("--timer", choices=TIMERS, default="events",
-                    help="events: CUDA events around each call (do_bench; includes the ~2 us from the "
+                    help="events: CUDA events around each call (do_bench; includes the gap from the "
                          "event to the kernel's start); cupti: the kernels' own execution from the "
                          "profiler's kernel records (issue 3's 'GPU time per kernel')")
     ap.add_argument("--table", nargs="+", metavar="LOG",
@@ -101,9 +102,7 @@ def time_call(timer, fn):
     """(µs, kernels per call or None) of fn by the chosen timer, L2 flushed before every call."""
     if timer == "cupti":
         return bl.kernel_time_us(fn)
-    import triton
-
-    return triton.testing.do_bench(fn, return_mode="median") * 1e3, None
+    return bl.gpu_time_us(fn), None
 
 
 def parse_line(line):
