@@ -264,7 +264,7 @@ __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem
         if (threadIdx.x == 0) resident_publish(p, u, tag, sums[0], sums[1]);
         nj_phase_mark(kPhaseBReduce);
       },
-      [&](const Unit& u, idx_t step, const TaggedPair& peek, const BwdContext& s, auto refill) {
+      [&](const Unit& u, idx_t step, const TaggedPair& peek, const BwdContext& s, auto slot_read) {
         // C: the chunk from its slot (with p.early_refill refilled at once) and its terms of dx,
         // first, so that those reads and that arithmetic overlap the poll and the barrier behind
         // it; the instance's sums (thread j holds chunk j's, added in group_sum's fixed tree); dx
@@ -273,7 +273,7 @@ __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem
         {
           BwdTile t;
           resident_take_tile(step, false, t);
-          if (p.early_refill) refill();
+          slot_read();
           dx_terms(p, s, t, d);
         }
         nj_phase_mark(kPhaseCTake);

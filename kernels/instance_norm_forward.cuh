@@ -206,14 +206,14 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
         if (threadIdx.x == 0) resident_publish(p, u, tag, mean, m2);
         nj_phase_mark(kPhaseBReduce);
       },
-      [&](const Unit& u, idx_t step, const TaggedPair& peek, const Affine& affine, auto refill) {
+      [&](const Unit& u, idx_t step, const TaggedPair& peek, const Affine& affine, auto slot_read) {
         // C: the instance's (mean, M2) from its chunks' (thread j holds chunk j's) in one CTA
         // sum about chunk 0's mean (shifted_add in common.cuh). Then the output of the chunk,
         // from its slot, read first so that those reads overlap the poll and the barriers (and
         // with p.early_refill the slot refilled at once).
         vec_t xr[NJ_ITEMS];
         resident_take(step, xr, nullptr, nullptr);
-        if (p.early_refill) refill();
+        slot_read();
         nj_phase_mark(kPhaseCTake);
         float mean_j, m2_j;
         resident_settle(p, u, tag, peek, mean_j, m2_j);

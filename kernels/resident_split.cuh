@@ -185,11 +185,12 @@ __device__ __forceinline__ void resident_advance_generation(const NjParams& p, u
 // work), then
 //   stats(u, step, ctx)                 phase B, for the unit u of chunk `step` (one step ago);
 //                                       ctx = stats_ctx(u), loaded in that step's phase A
-//   output(u, step, peek, ctx, refill)  phase C, for the unit NJ_OUTPUT_LAG steps ago; `peek`
+//   output(u, step, peek, ctx, slot_read)
+//                                       phase C, for the unit NJ_OUTPUT_LAG steps ago; `peek`
 //                                       goes to resident_settle, ctx = output_ctx(u) loaded this
-//                                       step; with p.early_refill it calls refill() right after
-//                                       its resident_take (chunk step + NJ_STAGES starts loading
-//                                       into the slot just read), else the pipeline does after it
+//                                       step; it calls slot_read() right after its resident_take:
+//                                       with p.early_refill chunk step + NJ_STAGES starts loading
+//                                       there into the slot just read, else at the step's end
 // (a thread's cp.async into its own slot is ordered after its own earlier reads of that slot, as
 // in any per-thread pipeline: no barrier is needed).
 // The contexts are the kernel's per-instance values (saved statistics, weight and bias): loaded
@@ -214,12 +215,15 @@ __device__ __forceinline__ void resident_pipeline(const NjParams& p, const void*
     const auto ctx_c = output_ctx(uc);
     const idx_t next = min(step + 1, steps);  // steps: an inactive unit, an empty group
     auto refill = [&] { resident_load(p, make_unit(p, next), step + 1, src); };
+    auto slot_read = [&] {
+      if (p.early_refill) refill();
+    };
     nj_phase_mark(kPhaseA);
     if (step >= 1 && step <= steps) {
       const Unit u = make_unit(p, step - 1);
       if (u.active) stats(u, step - 1, ctx_b);
     }
-    if (uc.active) output(uc, step - NJ_OUTPUT_LAG, peek, ctx_c, refill);
+    if (uc.active) output(uc, step - NJ_OUTPUT_LAG, peek, ctx_c, slot_read);
     if (!uc.active || !p.early_refill) refill();
   }
   nj_cp_async_wait<0>();
