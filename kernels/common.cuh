@@ -450,22 +450,48 @@ __device__ __forceinline__ void exchange_sum_partials(const NjParams& p, const U
 
 __device__ __forceinline__ unsigned* grid_counter(const NjParams& p) { return p.counters + 2 * (idx_t)p.N * p.C; }
 
+// The last CTA's pass sums, for every channel c, the N (a, b) pairs scratch holds at
+// 2 * (n * C + c), n in order (deterministic). Each thread takes up to kFinishGroup channels
+// (c, c + NJ_THREADS, ...) and has all their loads of one n in flight together: the pass is a
+// chain of L2 round trips, one per dependent load, and at the deep stages, whose kernels take
+// 4-10 µs, each one costs about half a microsecond.
+constexpr int kFinishGroup = 4;
+template <typename Done>
+__device__ __forceinline__ void sum_scratch_pairs(const NjParams& p, Done done) {
+  for (idx_t c0 = threadIdx.x; c0 < p.C; c0 += kFinishGroup * NJ_THREADS) {
+    float a[kFinishGroup], b[kFinishGroup];
+#pragma unroll
+    for (int k = 0; k < kFinishGroup; ++k) a[k] = 0.f, b[k] = 0.f;
+#pragma unroll 2
+    for (idx_t n = 0; n < p.N; ++n) {
+      float2 v[kFinishGroup];
+#pragma unroll
+      for (int k = 0; k < kFinishGroup; ++k) {
+        const idx_t c = c0 + (idx_t)k * NJ_THREADS;
+        v[k] = c < p.C ? __ldcg(reinterpret_cast<const float2*>(p.scratch + 2 * (n * p.C + c))) : make_float2(0.f, 0.f);
+      }
+#pragma unroll
+      for (int k = 0; k < kFinishGroup; ++k) a[k] += v[k].x, b[k] += v[k].y;
+    }
+#pragma unroll
+    for (int k = 0; k < kFinishGroup; ++k) {
+      const idx_t c = c0 + (idx_t)k * NJ_THREADS;
+      if (c < p.C) done(c, a[k], b[k]);
+    }
+  }
+}
+
 // running = (1 - momentum) * running + momentum * (mean over N of the instance statistics), with
 // the unbiased variance, as torch does. scratch holds (mean, biased var) per instance. The last
 // CTA, every thread.
 __device__ __forceinline__ void update_running_stats(const NjParams& p) {
   const float unbias = (float)p.spatial / (float)(p.spatial - 1);
-  for (idx_t c = threadIdx.x; c < p.C; c += NJ_THREADS) {
-    float m = 0.f, v = 0.f;
-    for (idx_t n = 0; n < p.N; ++n) {
-      m += __ldcg(p.scratch + 2 * (n * p.C + c));
-      v += __ldcg(p.scratch + 2 * (n * p.C + c) + 1);
-    }
+  sum_scratch_pairs(p, [&](idx_t c, float m, float v) {
     m /= (float)p.N;
     v = v / (float)p.N * unbias;
     p.running_mean[c] = (1.f - p.momentum) * p.running_mean[c] + p.momentum * m;
     p.running_var[c] = (1.f - p.momentum) * p.running_var[c] + p.momentum * v;
-  }
+  });
 }
 __device__ __forceinline__ void finish_running_stats(const NjParams& p, bool* flag_smem) {
   if (!last_cta_arrive(grid_counter(p), flag_smem)) return;
@@ -477,15 +503,10 @@ __device__ __forceinline__ void finish_running_stats(const NjParams& p, bool* fl
 // The last CTA, every thread.
 __device__ __forceinline__ void update_weight_grads(const NjParams& p) {
   if (!p.dweight && !p.dbias) return;
-  for (idx_t c = threadIdx.x; c < p.C; c += NJ_THREADS) {
-    float sg = 0.f, sgx = 0.f;
-    for (idx_t n = 0; n < p.N; ++n) {
-      sg += __ldcg(p.scratch + 2 * (n * p.C + c));
-      sgx += __ldcg(p.scratch + 2 * (n * p.C + c) + 1);
-    }
+  sum_scratch_pairs(p, [&](idx_t c, float sg, float sgx) {
     if (p.dweight) p.dweight[c] = sgx;
     if (p.dbias) p.dbias[c] = sg;
-  }
+  });
 }
 __device__ __forceinline__ void finish_weight_grads(const NjParams& p, bool* flag_smem) {
   if (!p.dweight && !p.dbias) return;
