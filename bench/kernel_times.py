@@ -5,12 +5,12 @@
     NORMJIT_RESIDENT_THREADS=512 python3 bench/kernel_times.py ...    # the same, another choice
 
 Calls the registered ops (torch.ops.normjit.instance_norm_fwd / _bwd) directly, so a backward is
-timed without the forward or the autograd engine: medians of benchlib.gpu_time_us (triton.testing.do_bench), L2 flushed
-before every repetition, each with its effective bandwidth (the bytes the kernel must move) and
-its share of a device-to-device copy measured at the start of the run. Meant for A/B runs of a
-heuristic or a kernel, one process per setting of the measurement variables
-(NORMJIT_RESIDENT_THREADS, NORMJIT_NHWC_BWD_ITEMS, NORMJIT_SPLIT, ...: they are read once per
-process). Every configuration is first checked against float64 torch; near
+timed without the forward or the autograd engine: medians of benchlib.gpu_time_us
+(triton.testing.do_bench), L2 flushed before every repetition, each with its effective bandwidth
+(the bytes the kernel must move) and its share of a device-to-device copy measured at the start
+of the run. Meant for A/B runs of a heuristic or a kernel, one process per setting of the
+measurement variables (NORMJIT_RESIDENT_THREADS, NORMJIT_NHWC_BWD_ITEMS, NORMJIT_SPLIT, ...: they
+are read once per process). Every configuration is first checked against float64 torch; near
 an activation's kink (|pre-activation| < 1e-3) a low-precision input can land on the other side,
 so those elements are left out of the gradient check and counted. bench_instance_norm.py is the
 benchmark with peers; this is the microscope.
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
                     line += timing("fwd", t, kernel_bytes(shape, name, "fwd", r is not None, args.activation),
                                    copy_tbps, k)
                 if "bwd" in args.modes:
-                    timed_mask = [True, not args.no_weight_grads, r is not None]
+                    timed_mask = [True, not args.no_weight_grads, mask[2]]
                     t, k = time_call(args.timer, lambda: bwd(dy, x, w, b, r, mean, rstd, act, slope, timed_mask))
                     line += timing("bwd", t, kernel_bytes(shape, name, "bwd", r is not None, args.activation),
                                    copy_tbps, k)
