@@ -122,10 +122,75 @@ constexpr int column_sum_threads() {
 #endif
 }
 
+// Long columns (column_sum_threads > 1: the deep stages' tiles of one or two lanes, 128-256 rows
+// in a CTA of 256): each warp first adds its own rows with shuffles, as a reduce-scatter
+// butterfly (each step over one bit of the row hands half of the thread's values to the partner
+// and keeps the sum of the other half: 2^s - 1 shuffles for 2^s values instead of s * 2^s), so
+// that thread i of a warp ends with the warp's total of one (sum, column); then the first K * TC
+// threads add the warps' totals in warp order. Fixed order, so every thread gets the same bits.
+// Needs K * NJ_VEC <= the warp's rows (32 / lanes).
+template <int K>
+constexpr bool warp_first_column_sum() {
+#if NJ_FLAT
+  return false;
+#else
+  return column_sum_threads<K>() > 1 && K * NJ_VEC <= 32 / NJ_GROUP;
+#endif
+}
+
+template <int K>
+__device__ __forceinline__ void column_sum_warp_first(float (&v)[K][NJ_VEC], float* smem) {
+  constexpr int kValues = K * NJ_VEC, kTc = NJ_GROUP * NJ_VEC;
+  const int lane_id = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float a[kValues];
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) a[k * NJ_VEC + j] = v[k][j];
+  int index = 0;  // which of the kValues values a[0] holds once the halving steps are done
+#pragma unroll
+  for (int offset = NJ_GROUP, live = kValues; offset < 32; offset *= 2, live = live > 1 ? live / 2 : 1) {
+    const bool upper = (lane_id & offset) != 0;
+    if (live > 1) {
+      const int half = live / 2;
+#pragma unroll
+      for (int i = 0; i < half; ++i) {
+        const float give = upper ? a[i] : a[i + half];
+        const float keep = upper ? a[i + half] : a[i];
+        a[i] = keep + __shfl_xor_sync(0xffffffffu, give, offset);
+      }
+      index += upper ? half : 0;
+    } else {
+      a[0] += __shfl_xor_sync(0xffffffffu, a[0], offset);  // a + b and b + a: the same bits
+    }
+  }
+  // Rows past the halving steps hold copies: the lowest of them writes.
+  const int row_in_warp = lane_id / NJ_GROUP, col = (lane_id % NJ_GROUP) * NJ_VEC + index % NJ_VEC;
+  if (row_in_warp < kValues) smem[(warp * K + index / NJ_VEC) * kTc + col] = a[0];
+  __syncthreads();
+  float* totals = smem + NJ_WARPS * K * kTc;
+  if (threadIdx.x < K * kTc) {
+    float s = 0.f;
+#pragma unroll
+    for (int w = 0; w < NJ_WARPS; ++w) s += smem[w * K * kTc + threadIdx.x];
+    totals[threadIdx.x] = s;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) v[k][j] = totals[k * kTc + (lane_id % NJ_GROUP) * NJ_VEC + j];
+  __syncthreads();
+}
+
 // Column sums over the CTA's rows: v[k][j] (sum k, column j of this thread's vector) becomes the
 // total over all rows for that column. smem: NJ_NSUM * NJ_THREADS * NJ_VEC floats.
 template <int K>
 __device__ __forceinline__ void column_sum(const TileUnit& u, float (&v)[K][NJ_VEC], float* smem) {
+  if constexpr (warp_first_column_sum<K>()) {
+    column_sum_warp_first<K>(v, smem);
+    return;
+  }
   const int rows = tile_rows(u), tc = tile_width(u);
   if (!NJ_FLAT || thread_row(u) < rows)  // a flat CTA's spare threads hold no column
 #pragma unroll
