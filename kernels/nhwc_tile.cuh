@@ -105,37 +105,46 @@ __device__ __forceinline__ bool writes_channel(const NjParams& p, const TileUnit
   return u.c_valid && (!NJ_FLAT || u.c0 + j < (idx_t)p.C);
 }
 
-// Threads that share one column's rows in column_sum: a power of two up to a warp, as many as
-// the CTA has for its K * TC columns. Only where a column is long (128 or 256 rows: tiles of one
-// or two lanes in a CTA of 256, as the deep stages' narrow tiles are), whose single pass would be
-// a chain of 128-256 dependent adds in the few threads that own a column; the other kernels keep
-// the single pass they were measured with. 1: the single pass.
-template <int K>
-constexpr int column_sum_threads() {
-#if NJ_FLAT
-  return 1;
-#else
-  constexpr int rows = NJ_THREADS / NJ_GROUP, columns = K * NJ_GROUP * NJ_VEC;
-  int t = 1;
-  while (rows >= 128 && t < 32 && 2 * t * columns <= NJ_THREADS && 2 * t <= rows) t *= 2;
-  return t;
-#endif
-}
-
-// Long columns (column_sum_threads > 1: the deep stages' tiles of one or two lanes, 128-256 rows
-// in a CTA of 256): each warp first adds its own rows with shuffles, as a reduce-scatter
-// butterfly (each step over one bit of the row hands half of the thread's values to the partner
-// and keeps the sum of the other half: 2^s - 1 shuffles for 2^s values instead of s * 2^s), so
-// that thread i of a warp ends with the warp's total of one (sum, column); then the first K * TC
-// threads add the warps' totals in warp order. Fixed order, so every thread gets the same bits.
-// Needs K * NJ_VEC <= the warp's rows (32 / lanes).
+// Long columns (128 or 256 rows: tiles of one or two lanes in a CTA of 256, as the deep stages'
+// narrow tiles are), whose single pass would be a chain of 128-256 dependent adds in the few
+// threads that own a column, are summed in each warp first: a reduce-scatter butterfly (each step
+// over one bit of the row hands half of the thread's values to its partner and keeps the sum of
+// the other half: 2^s - 1 shuffles for 2^s values instead of s * 2^s), so that each of the warp's
+// first K * NJ_VEC rows ends with the warp's total of one (sum, column); then the first K * TC
+// threads add the warps' totals in warp order. The order is fixed at compile time, so every thread
+// of every run gets the same bits. The butterfly needs K * NJ_VEC <= the warp's rows (32 / lanes);
+// the other kernels keep the single pass they were measured with.
 template <int K>
 constexpr bool warp_first_column_sum() {
 #if NJ_FLAT
   return false;
 #else
-  return column_sum_threads<K>() > 1 && K * NJ_VEC <= 32 / NJ_GROUP;
+  return NJ_THREADS / NJ_GROUP >= 128 && K * NJ_VEC <= 32 / NJ_GROUP;
 #endif
+}
+
+// The butterfly's steps from row bit kOffset on, kLive values still live in a[0, kLive): a
+// template per step, so every index into a[] is a constant (a loop over the steps left the
+// streamed backward's array in local memory: a 64-byte stack frame, ptxas sm_90).
+template <int kLive, int kOffset, int N>
+__device__ __forceinline__ void butterfly_steps(float (&a)[N], int lane_id, int& index) {
+  if constexpr (kOffset < 32) {
+    const bool upper = (lane_id & kOffset) != 0;
+    if constexpr (kLive > 1) {
+      constexpr int kHalf = kLive / 2;
+#pragma unroll
+      for (int i = 0; i < kHalf; ++i) {
+        const float give = upper ? a[i] : a[i + kHalf];
+        const float keep = upper ? a[i + kHalf] : a[i];
+        a[i] = keep + __shfl_xor_sync(0xffffffffu, give, kOffset);
+      }
+      index += upper ? kHalf : 0;
+      butterfly_steps<kHalf, kOffset * 2>(a, lane_id, index);
+    } else {
+      a[0] += __shfl_xor_sync(0xffffffffu, a[0], kOffset);  // a + b and b + a: the same bits
+      butterfly_steps<1, kOffset * 2>(a, lane_id, index);
+    }
+  }
 }
 
 template <int K>
@@ -148,22 +157,7 @@ __device__ __forceinline__ void column_sum_warp_first(float (&v)[K][NJ_VEC], flo
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) a[k * NJ_VEC + j] = v[k][j];
   int index = 0;  // which of the kValues values a[0] holds once the halving steps are done
-#pragma unroll
-  for (int offset = NJ_GROUP, live = kValues; offset < 32; offset *= 2, live = live > 1 ? live / 2 : 1) {
-    const bool upper = (lane_id & offset) != 0;
-    if (live > 1) {
-      const int half = live / 2;
-#pragma unroll
-      for (int i = 0; i < half; ++i) {
-        const float give = upper ? a[i] : a[i + half];
-        const float keep = upper ? a[i + half] : a[i];
-        a[i] = keep + __shfl_xor_sync(0xffffffffu, give, offset);
-      }
-      index += upper ? half : 0;
-    } else {
-      a[0] += __shfl_xor_sync(0xffffffffu, a[0], offset);  // a + b and b + a: the same bits
-    }
-  }
+  butterfly_steps<kValues, NJ_GROUP>(a, lane_id, index);
   // Rows past the halving steps hold copies: the lowest of them writes.
   const int row_in_warp = lane_id / NJ_GROUP, col = (lane_id % NJ_GROUP) * NJ_VEC + index % NJ_VEC;
   if (row_in_warp < kValues) smem[(warp * K + index / NJ_VEC) * kTc + col] = a[0];
@@ -198,30 +192,15 @@ __device__ __forceinline__ void column_sum(const TileUnit& u, float (&v)[K][NJ_V
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) smem[(k * rows + thread_row(u)) * tc + thread_lane(u) * NJ_VEC + j] = v[k][j];
   __syncthreads();
-  constexpr int kShare = column_sum_threads<K>();
-  if (kShare > 1) {
-    // kShare neighbouring lanes per column, each adding a block of rows in row order; warp_sum's
-    // butterfly adds the blocks in an order fixed at compile time (every lane gets the same bits:
-    // each step adds the same two values, swapped). Every thread takes part in the shuffles.
-    const int col = threadIdx.x / kShare, part = threadIdx.x % kShare, block = rows / kShare;
-    const int k = col / tc, c = col % tc;
+  // Thread t < K * TC adds column (t % TC) of sum (t / TC) in row order; the totals go to row 0.
+  for (int t = threadIdx.x; t < K * tc; t += NJ_THREADS) {
+    const int k = t / tc, col = t % tc;
     float s = 0.f;
-    if (col < K * tc)
+    // Unrolled by 8, not fully: a full unroll (64 rows at 4 lanes) put 256 of the kernel's
+    // ~3000 PTX instructions in these 4 sums that only K * TC threads run.
 #pragma unroll 8
-      for (int r = part * block; r < (part + 1) * block; ++r) s += smem[(k * rows + r) * tc + c];
-    s = warp_sum(s, kShare);
-    if (col < K * tc && part == 0) smem[(k * rows) * tc + c] = s;  // row 0 was read by this thread only
-  } else {
-    // Thread t < K * TC adds column (t % TC) of sum (t / TC) in row order; the totals go to row 0.
-    for (int t = threadIdx.x; t < K * tc; t += NJ_THREADS) {
-      const int k = t / tc, col = t % tc;
-      float s = 0.f;
-      // Unrolled by 8, not fully: a full unroll (64 rows at 4 lanes) put 256 of the kernel's
-      // ~3000 PTX instructions in these 4 sums that only K * TC threads run.
-#pragma unroll 8
-      for (int r = 0; r < rows; ++r) s += smem[(k * rows + r) * tc + col];
-      smem[(k * rows) * tc + col] = s;  // row 0 was already read by this thread
-    }
+    for (int r = 0; r < rows; ++r) s += smem[(k * rows + r) * tc + col];
+    smem[(k * rows) * tc + col] = s;  // row 0 was already read by this thread
   }
   __syncthreads();
 #pragma unroll
