@@ -367,13 +367,18 @@ TEST(Cli, WarmupStatsAndDemo) {
   EXPECT_NE(out.find("from the disk cache"), std::string::npos) << out;
 }
 
+// The tests that read ptxas's report need NVRTC to compile: with a GPU, NVRTC serves a kernel it
+// compiled before (same source and options, any process since the machine started) from the
+// driver's compute cache, without a ptxas log (docs/PERF_NOTES.md, "NVRTC's driver cache").
+const char* const kNoDriverCache = "CUDA_CACHE_DISABLE=1 ";
+
 // NORMJIT_NVRTC_OPTIONS reaches NVRTC (ptxas -v reports registers and spills, and the log is
 // printed) and is part of the disk-cache key: the cubin cached without it is not served.
 TEST(Cli, ExtraNvrtcOptions) {
   std::string why;
   if (!driver::try_nvrtc(&why)) GTEST_SKIP() << "NVRTC is not available here: " << why;
   TempDir cache;
-  const std::string env = "NORMJIT_CACHE_DIR=" + cache.path() + " ";
+  const std::string env = std::string(kNoDriverCache) + "NORMJIT_CACHE_DIR=" + cache.path() + " ";
   const std::string warmup = std::string(NORMJIT_CLI_PATH) + " warmup --direction fwd 2x320x4x4x4";
   std::string out;
   EXPECT_EQ(shell(env + warmup, &out), 0) << out;
@@ -421,7 +426,8 @@ TEST(Cli, CachedTiersBarelySpill) {
   std::string why;
   if (!driver::try_nvrtc(&why)) GTEST_SKIP() << "NVRTC is not available here: " << why;
   TempDir cache;
-  const std::string env = "NORMJIT_CACHE_DIR=" + cache.path() + " NORMJIT_NVRTC_OPTIONS='--ptxas-options=-v' ";
+  const std::string env =
+      std::string(kNoDriverCache) + "NORMJIT_CACHE_DIR=" + cache.path() + " NORMJIT_NVRTC_OPTIONS='--ptxas-options=-v' ";
   struct Stage {
     const char* layout;
     const char* shape;
@@ -454,7 +460,8 @@ TEST(Cli, ChannelsLastBackwardDoesNotSpill) {
   std::string why;
   if (!driver::try_nvrtc(&why)) GTEST_SKIP() << "NVRTC is not available here: " << why;
   TempDir cache;
-  const std::string env = "NORMJIT_CACHE_DIR=" + cache.path() + " NORMJIT_NVRTC_OPTIONS='--ptxas-options=-v' ";
+  const std::string env =
+      std::string(kNoDriverCache) + "NORMJIT_CACHE_DIR=" + cache.path() + " NORMJIT_NVRTC_OPTIONS='--ptxas-options=-v' ";
   for (const char* dtype : {"f16", "bf16", "f32"})
     for (const char* act : {"identity", "relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"})
       for (const char* residual : {"", " --residual"})

@@ -198,6 +198,9 @@ TEST(PtxasReport, ReadsRegistersSpillsAndStackFromTheLog) {
 }
 
 TEST_F(Nvrtc, VerboseCompileReturnsPtxasReport) {
+  // With a GPU, NVRTC would serve a kernel compiled before from the driver's compute cache, without
+  // a ptxas log; this process has not loaded libcuda for NVRTC yet, so the variable still counts.
+  setenv("CUDA_CACHE_DISABLE", "1", 1);
   compile::CompileRequest req = tiny_request(90);
   req.options = {"-Xptxas=-v"};
   std::string log;
