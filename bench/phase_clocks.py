@@ -1,6 +1,8 @@
-"""Where a resident-split step's time goes, on the GPU (kernels/phase_clock.cuh).
+"""Where a resident-split step's or a channels-last kernel's time goes, on the GPU (kernels/phase_clock.cuh).
 
     python3 bench/phase_clocks.py --shapes 2,32,128,128,128 2,64,64,128,128
+    python3 bench/phase_clocks.py --layouts ndhwc --shapes 2,128,32,32,32 2,256,16,16,16 | tee log
+    python3 bench/phase_clocks.py --summarize log     # no GPU: the channels-last lines in µs
 
 Compiles normjit's kernels with -DNJ_PHASE_CLOCKS=1 (added to NORMJIT_NVRTC_OPTIONS here, before
 normjit loads: a disk-cache key of its own) and runs one forward and one backward (fp16, NCDHW,
@@ -13,6 +15,13 @@ Then each kernel runs again in the default build (this process cannot switch bui
 process runs bench/kernel_times.py) for its time in µs: cycles a step x steps against that time
 gives the clock the cycles ran at. Shapes whose instances do not take the resident split print no
 nj_phase lines (`normjit explain` says which split a shape takes).
+
+Channels-last kernels (`--layouts ndhwc`) print one nj_nhwc_phase line per sampled CTA: its
+cycles in each phase of its round (the statistics pass's loads and sums, the CTA sums, the
+exchange's arrival, merge and second arrival, the output pass) and %globaltimer at its start and
+end. `--summarize` turns a saved log into, per kernel, the sampled CTAs' mean of each phase in µs
+(each CTA's cycles at its own clock: cycles over its globaltimer span) and how far apart the
+CTAs started and ended. Not yet run on a GPU (session 21).
 """
 from __future__ import annotations
 
@@ -30,13 +39,64 @@ PROBE_OPTION = "-DNJ_PHASE_CLOCKS=1"
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="+", default=["2,32,128,128,128", "2,64,64,128,128"], help="N,C,D,H,W")
+    ap.add_argument("--layouts", default="ncdhw", help="comma list of ncdhw,ndhwc")
     ap.add_argument("--no-times", action="store_true", help="skip the default build's kernel times")
+    ap.add_argument("--summarize", metavar="LOG", help="no GPU run: the channels-last phases of a saved log, in µs")
     args = ap.parse_args(argv)
     try:
         args.shapes = [tuple(int(v) for v in s.split(",")) for s in args.shapes]
     except ValueError:
         ap.error(f"--shapes: expected N,C,D,H,W integers, got {args.shapes}")
+    args.layouts = bl.parse_choices(args.layouts, ("ncdhw", "ndhwc"), "--layouts")
     return args
+
+
+NHWC_PHASES = ("load", "reduce", "arrive", "merge", "merged_arrive", "output")
+
+
+def parse_nhwc_line(line):
+    """One nj_nhwc_phase line -> dict(kernel, chunks, grid, cta, cycles {phase: n}, start_ns, end_ns),
+    or None for other lines."""
+    words = line.replace(";", " ").replace(":", " ").split()
+    if not words or words[0] != "nj_nhwc_phase":
+        return None
+    try:
+        at = {w: i for i, w in enumerate(words)}
+        cycles = {name: int(words[at[name] + 1]) for name in NHWC_PHASES}
+        return dict(kernel=words[1], chunks=int(words[at["chunks"] + 1]), grid=int(words[at["grid"] + 1]),
+                    cta=int(words[at["cta"] + 1]), cycles=cycles, start_ns=int(words[at["globaltimer"] + 1]),
+                    end_ns=int(words[at["to"] + 1]))
+    except (KeyError, ValueError, IndexError):
+        return None
+
+
+def summarize(lines):
+    """Per (kernel, chunks, grid): the sampled CTAs' mean µs per phase and the spread of their
+    starts and ends, as text lines."""
+    groups = {}
+    for line in lines:
+        r = parse_nhwc_line(line)
+        if r is not None:
+            groups.setdefault((r["kernel"], r["chunks"], r["grid"]), []).append(r)
+    out = []
+    for (kernel, chunks, grid), rows in groups.items():
+        phases_us = {name: [] for name in NHWC_PHASES}
+        for r in rows:
+            total = sum(r["cycles"].values())
+            span_ns = r["end_ns"] - r["start_ns"]
+            if total <= 0 or span_ns <= 0:
+                continue
+            ns_per_cycle = span_ns / total
+            for name in NHWC_PHASES:
+                phases_us[name].append(r["cycles"][name] * ns_per_cycle / 1000.0)
+        starts = [r["start_ns"] for r in rows]
+        ends = [r["end_ns"] for r in rows]
+        means = " + ".join(f"{name} {sum(v) / len(v):.2f}" for name, v in phases_us.items() if v)
+        out.append(f"{kernel} chunks {chunks} grid {grid}: {len(rows)} CTAs sampled; mean µs {means}; "
+                   f"starts spread {(max(starts) - min(starts)) / 1000.0:.2f} µs, ends spread "
+                   f"{(max(ends) - min(ends)) / 1000.0:.2f} µs, first start to last end "
+                   f"{(max(ends) - min(starts)) / 1000.0:.2f} µs")
+    return out
 
 
 def probe_env(environ) -> dict:
@@ -57,7 +117,7 @@ def default_env(environ) -> dict:
     return env
 
 
-def probe(shapes) -> int:
+def probe(shapes, layouts=("ncdhw",)) -> int:
     os.environ.update(probe_env(os.environ))
     ready = bl.require_gpu_normjit("phase_clocks")
     if ready is None:
@@ -65,13 +125,14 @@ def probe(shapes) -> int:
     torch, _ = ready
     fwd = torch.ops.normjit.instance_norm_fwd.default
     bwd = torch.ops.normjit.instance_norm_bwd.default
-    for shape in shapes:
-        x = torch.randn(shape, device="cuda", dtype=torch.float16) * 2 + 3
+    for shape, layout in [(s, l) for s in shapes for l in layouts]:
+        fmt = torch.channels_last_3d if layout == "ndhwc" else torch.contiguous_format
+        x = (torch.randn(shape, device="cuda", dtype=torch.float16) * 2 + 3).contiguous(memory_format=fmt)
         w = torch.rand(shape[1], device="cuda") + 0.5
         b = torch.randn(shape[1], device="cuda")
         dy = torch.randn_like(x)
         for label in ("warm-up", "measured"):
-            print(f"phase_clocks: {','.join(map(str, shape))} fp16 ncdhw, {label} calls", flush=True)
+            print(f"phase_clocks: {','.join(map(str, shape))} fp16 {layout}, {label} calls", flush=True)
             y, mean, rstd = fwd(x, w, b, None, None, None, True, 0.1, 1e-5, 0, 0.01)
             torch.cuda.synchronize()  # the GPU's printf lines come out here
             bwd(dy, x, w, b, None, mean, rstd, 0, 0.01, [True, True, False])
@@ -83,16 +144,21 @@ def probe(shapes) -> int:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    rc = probe(args.shapes)
+    if args.summarize:
+        with open(args.summarize, encoding="utf-8", errors="replace") as f:
+            lines = summarize(f)
+        print("\n".join(lines) if lines else f"{args.summarize}: no nj_nhwc_phase lines")
+        return 0 if lines else 1
+    rc = probe(args.shapes, args.layouts)
     if rc or args.no_times:
         return rc
-    return subprocess.call(times_command(args.shapes), env=default_env(os.environ))
+    return subprocess.call(times_command(args.shapes, args.layouts), env=default_env(os.environ))
 
 
-def times_command(shapes) -> list:
+def times_command(shapes, layouts=("ncdhw",)) -> list:
     """The child that times the default build's kernels of `shapes`."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return [sys.executable, os.path.join(here, "kernel_times.py"), "--layouts", "ncdhw", "--dtypes", "fp16",
+    return [sys.executable, os.path.join(here, "kernel_times.py"), "--layouts", ",".join(layouts), "--dtypes", "fp16",
             "--tag", "default", "--shapes", *[",".join(map(str, s)) for s in shapes]]
 
 

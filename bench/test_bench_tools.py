@@ -723,6 +723,38 @@ def test_phase_clocks_args_and_envs():
     assert cmd[1].endswith("kernel_times.py") and cmd[-2:] == ["--shapes", "2,32,128,128,128"]
     child = kernel_times.parse_args(cmd[2:])
     assert child.shapes == [(2, 32, 128, 128, 128)] and child.layouts == ["ncdhw"] and child.dtypes == ["fp16"]
+    both = phase_clocks.parse_args(["--layouts", "ncdhw,ndhwc"])
+    assert both.layouts == ["ncdhw", "ndhwc"]
+    assert kernel_times.parse_args(phase_clocks.times_command([(1, 2, 8, 8, 8)], both.layouts)[2:]).layouts == \
+        ["ncdhw", "ndhwc"]
+
+
+def test_phase_clocks_summarizes_channels_last_lines():
+    # Two sampled CTAs of one kernel: 1000 cycles over 1000 ns (1 GHz) and 2000 over 1000 (2 GHz).
+    lines = [
+        "phase_clocks: 2,128,32,32,32 fp16 ndhwc, measured calls",
+        "nj_nhwc_phase forward chunks 66 grid 264 cta 0 rounds 1: cycles 1000 = load 400 + reduce 100 + "
+        "arrive 200 + merge 100 + merged_arrive 100 + output 100; globaltimer 5000 to 6000 ns",
+        "nj_nhwc_phase forward chunks 66 grid 264 cta 33 rounds 1: cycles 2000 = load 800 + reduce 200 + "
+        "arrive 400 + merge 200 + merged_arrive 200 + output 200; globaltimer 5500 to 6500 ns",
+        "nj_phase forward chunks 147 grid 264 cta 0 steps 9 (counted 1): cycles a step 1 = A 1 + ...",
+    ]
+    r = phase_clocks.parse_nhwc_line(lines[1])
+    assert r["kernel"] == "forward" and r["chunks"] == 66 and r["grid"] == 264 and r["cta"] == 0
+    assert r["cycles"]["load"] == 400 and r["start_ns"] == 5000 and r["end_ns"] == 6000
+    assert phase_clocks.parse_nhwc_line(lines[0]) is None and phase_clocks.parse_nhwc_line(lines[3]) is None
+    (text,) = phase_clocks.summarize(lines)
+    # Both CTAs spent 0.4 µs loading (400 cycles at 1 GHz, 800 at 2 GHz).
+    assert "2 CTAs sampled" in text and "load 0.40" in text and "arrive 0.20" in text, text
+    assert "starts spread 0.50 µs" in text and "first start to last end 1.50 µs" in text, text
+    with tempfile.TemporaryDirectory() as tmp:
+        log = os.path.join(tmp, "log")
+        with open(log, "w") as f:
+            f.write("\n".join(lines))
+        assert phase_clocks.main(["--summarize", log]) == 0
+        with open(log, "w") as f:
+            f.write("nothing\n")
+        assert phase_clocks.main(["--summarize", log]) == 1
 
 
 if __name__ == "__main__":

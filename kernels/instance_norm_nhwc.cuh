@@ -26,6 +26,7 @@
 #define NJ_RING_TENSORS 1
 
 #include "nhwc_tile.cuh"
+#include "phase_clock.cuh"  // a measurement build's stamps (nothing unless NJ_PHASE_CLOCKS)
 #include "nhwc_exchange.cuh"
 
 struct NhwcTile {
@@ -244,6 +245,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
   __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
   __shared__ bool last_flag;
   const idx_t rounds = tile_rounds(p);
+  nj_phase_start(true);
   NhwcRing ring;
   nhwc_ring_start(p, ring);
 
@@ -259,6 +261,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
 #if NJ_CACHED
     NhwcTile t;
     load_nhwc_tile(p, u, u.s_begin, t);
+    nj_phase_mark(kNhwcLoad);  // the loads were issued; nhwc_tile_stats waits for them
     nhwc_tile_stats(u, u.s_begin, t, smem, count, cp.mean, m2);
 #else
     // Streamed: each thread keeps running per-channel statistics of the rows it loaded (next
@@ -267,6 +270,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) tmean[j] = 0.f, tm2[j] = 0.f;
     nhwc_stream(p, ring, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_thread_tile_stats(u, t0, t, tn, tmean, tm2); });
+    nj_phase_mark(kNhwcLoad);
     count[0] = (float)(u.s_end - u.s_begin);
     nhwc_merge_thread_stats(u, tn, tmean, tm2, count[0], smem, cp.mean, m2);
 #endif
@@ -275,6 +279,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     fold_slots<true>(p, u, count[0], smem, cp.mean, m2);
     count[0] *= (float)nhwc_positions(p);
 #endif
+    nj_phase_mark(kNhwcReduce);
     if (p.chunks > 1 && u.active) {
       exchange_chunk_totals<true>(p, u, inst, smem, cp.mean, m2);
       count[0] = (float)nhwc_extent(p) * (float)nhwc_positions(p);
@@ -309,8 +314,10 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
 #else
     nhwc_stream(p, ring, u, NJ_TRAIN, [&](idx_t t0, const NhwcTile& t) { nhwc_normalize(p, u, t0, t, cp); });
 #endif
+    nj_phase_mark(kNhwcOutput);
   }
   nhwc_ring_finish();
+  nj_nhwc_phase_report("forward", rounds, p.chunks);
 #if NJ_TRAIN && NJ_RUNNING
   finish_running_stats(p, &last_flag);
 #endif
@@ -381,6 +388,7 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
   __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
   __shared__ bool last_flag;
   const idx_t rounds = tile_rounds(p);
+  nj_phase_start(true);
 #if !NJ_CACHED
   NhwcRing ring;  // empty: the backward loads its tiles into registers (nhwc_ring.cuh says why)
 #endif
@@ -405,10 +413,12 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #else
     nhwc_stream(p, ring, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_accumulate(p, u, t0, t, cp, sums); });
 #endif
+    nj_phase_mark(kNhwcLoad);
     column_sum<2>(u, sums, smem);
 #if NJ_FLAT
     fold_slots<false>(p, u, 0.f, smem, sums[0], sums[1]);  // slot sums -> channel sums
 #endif
+    nj_phase_mark(kNhwcReduce);
     if (p.chunks > 1 && u.active) {
       exchange_chunk_totals<false>(p, u, inst, smem, sums[0], sums[1]);
     }
@@ -428,7 +438,9 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #else
     nhwc_stream(p, ring, u, true, [&](idx_t t0, const NhwcTile& t) { nhwc_write_dx(p, u, t0, t, cp, sums); });
 #endif
+    nj_phase_mark(kNhwcOutput);
   }
+  nj_nhwc_phase_report("backward", rounds, p.chunks);
 #if NJ_AFFINE
   finish_weight_grads(p, &last_flag);
 #endif

@@ -189,12 +189,16 @@ template <bool kStats>
 __device__ __forceinline__ void exchange_chunk_totals(const NjParams& p, const TileUnit& u, idx_t inst, float* smem,
                                                       float (&a)[NJ_VEC], float (&b)[NJ_VEC]) {
   tile_exchange_arrive(p, u, inst, a, b);
+  nj_phase_mark(kNhwcArrive);
   if (scattered_merge(p, u)) {
     merge_column<kStats>(p, u, inst, smem);
+    nj_phase_mark(kNhwcMerge);
     merged_arrive_and_wait(p, inst);
     read_pairs(p, u, merged_pairs(p, u, inst), a, b);
   } else {
     merge_all_chunks<kStats>(p, u, inst, smem, a, b);
+    nj_phase_mark(kNhwcMerge);
   }
   exchange_depart(p.counters, inst, p.chunks);
+  nj_phase_mark(kNhwcMergedArrive);
 }

@@ -391,20 +391,24 @@ TEST(Cli, ExtraNvrtcOptions) {
   EXPECT_NE(out.find("--bogus-option"), std::string::npos) << out;
 }
 
-// The measurement build of the resident split (kernels/phase_clock.cuh, bench/phase_clocks.py)
-// compiles, in both directions and with an epilogue that puts a third tensor in the slots, and
-// under its own disk-cache key: the default kernels are compiled again beside it, not served.
+// The measurement build (kernels/phase_clock.cuh, bench/phase_clocks.py) of the resident split and
+// of the channels-last split compiles, in both directions and with an epilogue that puts a third
+// tensor in the slots, and under its own disk-cache key: the default kernels are compiled again
+// beside it, not served.
 TEST(Cli, PhaseClockBuildCompiles) {
   std::string why;
   if (!driver::try_nvrtc(&why)) GTEST_SKIP() << "NVRTC is not available here: " << why;
-  TempDir cache;
-  const std::string warmup = "NORMJIT_CACHE_DIR=" + cache.path() + " " + NORMJIT_CLI_PATH +
-                             " warmup --device H100 --activation leaky_relu --residual 2x32x128x128x128";
-  std::string out;
-  ASSERT_EQ(shell("NORMJIT_NVRTC_OPTIONS='-DNJ_PHASE_CLOCKS=1' " + warmup, &out), 0) << out;
-  EXPECT_NE(out.find("kernels: 2, compiled: 2, already in the disk cache: 0"), std::string::npos) << out;
-  ASSERT_EQ(shell(warmup, &out), 0) << out;
-  EXPECT_NE(out.find("kernels: 2, compiled: 2, already in the disk cache: 0"), std::string::npos) << out;
+  for (const char* layout : {"ncdhw", "ndhwc"}) {  // the resident split's stamps; the channels-last kernels'
+    SCOPED_TRACE(layout);
+    TempDir cache;
+    const std::string warmup = "NORMJIT_CACHE_DIR=" + cache.path() + " " + NORMJIT_CLI_PATH + " warmup --layout " +
+                               layout + " --device H100 --activation leaky_relu --residual 2x32x128x128x128";
+    std::string out;
+    ASSERT_EQ(shell("NORMJIT_NVRTC_OPTIONS='-DNJ_PHASE_CLOCKS=1' " + warmup, &out), 0) << out;
+    EXPECT_NE(out.find("kernels: 2, compiled: 2, already in the disk cache: 0"), std::string::npos) << out;
+    ASSERT_EQ(shell(warmup, &out), 0) << out;
+    EXPECT_NE(out.find("kernels: 2, compiled: 2, already in the disk cache: 0"), std::string::npos) << out;
+  }
 }
 
 // The bytes of spill stores of every kernel in a warm-up's ptxas report (--ptxas-options=-v).
