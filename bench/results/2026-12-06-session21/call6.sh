@@ -2,8 +2,9 @@
 # session 21's plan, call 6 (same tree as call5.sh, after it on the warm machine): where the
 # channels-last mid stages' time goes. The phase clocks (kernels/phase_clock.cuh, first run for
 # channels-last) of the kept (default) and streamed (NORMJIT_SPLIT=l2) forwards and the
-# backwards (and the deep (2,320,8^3) pair: its backward is the one deep kernel above 5 us), then Nsight Compute on the (2,256,16^3) forward kept and streamed (14.1 against
-# 11.5 us in session 21 with the same chunks).
+# backwards, and of the deep (2,320,8^3) pair (its backward is the one deep kernel above 5 us);
+# then Nsight Compute on the (2,256,16^3) forward kept and streamed (14.1 against 11.5 us in
+# session 21 with the same chunks).
 S="2,128,32,32,32 2,256,16,16,16 2,64,64,64,64 2,320,8,8,8"
 for mode in auto l2; do
   env $( [ $mode = l2 ] && echo NORMJIT_SPLIT=l2 ) timeout 90 python3 bench/phase_clocks.py --layouts ndhwc \
