@@ -98,6 +98,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-check", action="store_true", help="skip the correctness checks")
     p.add_argument("--no-plot", action="store_true", help="skip bandwidth.png")
+    p.add_argument("--kernel-times", action="store_true",
+                   help="also each peer's GPU time per call by CUPTI (torch.profiler): its kernels' "
+                        "own execution, without the gap from a CUDA event to the first kernel that "
+                        "dominates the deep stages' event times")
     p.add_argument("--out", default=bl.default_out_dir(), help="output folder ($OUT if set)")
     p.add_argument("--quick", action="store_true",
                    help="3 shapes (largest, medium, smallest) and fp16 only, unless --shapes or "
@@ -344,6 +348,12 @@ def measure_peer(peer: str, cfg: Config, inp: Inputs, normjit, args, copy_tbps) 
         rec["median_us"] = bl.finite_or_none(t_us)
         rec["tbps"] = bl.tbps(rec["bytes"], rec["median_us"])
         rec["pct_copy"] = bl.pct_of(rec["tbps"], copy_tbps)
+        if args.kernel_times:
+            try:
+                k_us, per_call = bl.kernel_time_us(step, name_prefix=None, calls=20)
+                rec["kernel_us"], rec["gpu_activities_per_call"] = bl.finite_or_none(k_us), per_call
+            except Exception as exc:  # noqa: BLE001 - the event time stands without it
+                rec["kernel_error"] = bl.short_error(exc)
         if info_before is not None:
             # Anything but cache hits while timing (a compile, a layout copy) is worth seeing.
             rec["normjit_counters"] = bl.counter_delta(info_before,

@@ -469,6 +469,33 @@ def kernel_table(doc: dict, *, dtypes: Sequence[str] | None = None,
     return md_table(headers, rows)
 
 
+def kernel_time_table(doc: dict) -> str:
+    """Markdown table of the peers' GPU time per call by CUPTI (bench_instance_norm.py
+    --kernel-times): one row per configuration that has one, each peer's µs and, in brackets, the
+    GPU activities (kernels, copies, memsets) a call launched; '—' where it was not measured and
+    'error' where the profiler's records did not add up."""
+    grouped = group_by_config(m for m in doc.get("measurements", [])
+                              if "kernel_us" in m or "kernel_error" in m)
+    peers = [p for p in PEER_ORDER if any(p in by_peer for by_peer in grouped.values())]
+    others = [p for p in peers if p != "normjit"]
+    headers = ["shape", "dtype", "layout", "mode"] + [f"{PEER_LABELS[p]} GPU µs" for p in peers]
+    headers += [f"× vs {PEER_LABELS[p]}" for p in others] if "normjit" in peers else []
+    rows = []
+    for (shape, dtype, layout, mode, _act), by_peer in grouped.items():
+        row = [fmt_shape(shape), dtype, layout, mode]
+        for p in peers:
+            m = by_peer.get(p) or {}
+            if m.get("kernel_us") is not None:
+                row.append(f"{fmt_time(m['kernel_us'])} ({m.get('gpu_activities_per_call')})")
+            else:
+                row.append("error" if m.get("kernel_error") else "—")
+        if "normjit" in peers:
+            nj = (by_peer.get("normjit") or {}).get("kernel_us")
+            row += [fmt_x(speedup((by_peer.get(p) or {}).get("kernel_us"), nj)) for p in others]
+        rows.append(row)
+    return md_table(headers, rows)
+
+
 def kernel_speedup_summary(doc: dict) -> str:
     """Geometric-mean speed-up of normjit over each peer, per (activation, dtype, layout, mode)."""
     grouped = group_by_config(doc.get("measurements", []))
@@ -539,6 +566,9 @@ def kernel_markdown(doc: dict, *, dtypes: Sequence[str] | None = None, level: in
         parts += [f"{h}# {title}", "", kernel_table(doc, dtypes=dtypes, activation=act), ""]
     if doc.get("measurements"):
         parts += [f"{h}# Geometric-mean speed-up of normjit", "", kernel_speedup_summary(doc), ""]
+    if any("kernel_us" in m or "kernel_error" in m for m in doc.get("measurements", [])):
+        parts += [f"{h}# GPU time per call by CUPTI (the work's own execution; in brackets the GPU "
+                  "activities a call launched)", "", kernel_time_table(doc), ""]
     problems = failed_checks(doc)
     errors = kernel_errors(doc)
     suspects = [c for c in doc.get("checks", []) if c.get("ok") and c.get("suspect")]
@@ -825,9 +855,35 @@ def per_call_kernel_times_us(kernels: Sequence[tuple[float, float]], calls: int)
     return median(sums), per_call
 
 
-def kernel_time_us(fn: Callable[[], object], name_prefix: str = "normjit_", calls: int = 50) -> tuple[float, int]:
+def per_call_times_after_flush(records: Sequence[tuple[float, float, str]], calls: int,
+                               flush_name: str) -> tuple[float, int]:
+    """(median over calls of the GPU time of a call's own work, GPU activities per call) from the
+    (start, end, name) of every GPU activity the profiler saw in `calls` iterations of [the L2
+    flush, the call]: in start order, each iteration's first activity must be the flush (named
+    `flush_name`), and the rest of the iteration is the call's (kernels, copies, memsets of a peer
+    whose kernel names are not known in advance: torch eager, torch.compile)."""
+    if calls <= 0 or not records or len(records) % calls:
+        raise ValueError(f"{len(records)} GPU activities cannot be {calls} calls of the same work")
+    per_iteration = len(records) // calls
+    if per_iteration < 2:
+        raise ValueError("the calls launched no GPU work of their own")
+    ordered = sorted(records)
+    sums = []
+    for i in range(0, len(ordered), per_iteration):
+        group = ordered[i:i + per_iteration]
+        if group[0][2] != flush_name:
+            raise ValueError(f"an iteration starts with {group[0][2]!r}, not the L2 flush {flush_name!r}: "
+                             "the calls do not launch the same work every time")
+        sums.append(sum(end - start for start, end, _ in group[1:]))
+    return median(sums), per_iteration - 1
+
+
+def kernel_time_us(fn: Callable[[], object], name_prefix: str | None = "normjit_",
+                   calls: int = 50) -> tuple[float, int]:
     """(median GPU time of the kernels fn() launches whose names start with name_prefix, kernels
     per call), from CUPTI's kernel records (torch.profiler), with the L2 flushed before every call.
+    name_prefix None: all the GPU work fn() launches (a peer's), told from the flush's by position
+    (per_call_times_after_flush).
 
     gpu_time_us measures from a CUDA event before fn to one after it, so it also counts the gap
     from the event to the kernel's start (session 2: the NCDHW deep kernels 4.0-4.3 µs in Nsight
@@ -841,13 +897,25 @@ def kernel_time_us(fn: Callable[[], object], name_prefix: str = "normjit_", call
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+
+    def gpu_records(body):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            body()
+            torch.cuda.synchronize()
+        return [(e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                if e.device_type == DeviceType.CUDA]
+
+    def iterations():
         for _ in range(calls):
             flush.zero_()
             fn()
-        torch.cuda.synchronize()
-    kernels = [(e.time_range.start, e.time_range.end) for e in prof.events()
-               if e.device_type == DeviceType.CUDA and e.name.startswith(name_prefix)]
+
+    if name_prefix is None:
+        flush_names = {name for _, _, name in gpu_records(flush.zero_)}
+        if len(flush_names) != 1:
+            raise ValueError(f"the L2 flush launched {sorted(flush_names)}, not one GPU activity")
+        return per_call_times_after_flush(gpu_records(iterations), calls, flush_names.pop())
+    kernels = [(start, end) for start, end, name in gpu_records(iterations) if name.startswith(name_prefix)]
     return per_call_kernel_times_us(kernels, calls)
 
 

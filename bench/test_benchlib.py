@@ -206,6 +206,43 @@ def test_speedup_summary_and_markdown():
     assert len(bl.failed_checks(doc)) == 1
 
 
+def test_kernel_time_table_and_markdown():
+    doc = fake_kernel_doc(dtypes=("fp16",))
+    assert "GPU time per call by CUPTI" not in bl.kernel_markdown(doc)  # only with --kernel-times
+    for m in doc["measurements"]:
+        if tuple(m["shape"]) == (2, 320, 4, 4, 4) and m["mode"] == "fwd" and m["layout"] == "ncdhw":
+            if m["peer"] == "eager":
+                m["kernel_error"] = "ValueError: an iteration starts with 'x'"
+            else:
+                m["kernel_us"] = {"compile": 4.0, "normjit": 2.5}[m["peer"]]
+                m["gpu_activities_per_call"] = {"compile": 2, "normjit": 1}[m["peer"]]
+    table = bl.kernel_time_table(doc).splitlines()
+    assert table[0] == ("| shape | dtype | layout | mode | eager GPU µs | compile GPU µs | normjit GPU µs | "
+                        "× vs eager | × vs compile |")
+    assert len(table) == 3
+    row = [c.strip() for c in table[2].strip("|").split("|")]
+    assert row == ["2,320,4,4,4", "fp16", "ncdhw", "fwd", "error", "4.00 (2)", "2.50 (1)", bl.DASH, "1.60×"], row
+    assert "### GPU time per call by CUPTI" in bl.kernel_markdown(doc)
+
+
+def test_per_call_times_after_flush():
+    # 2 iterations of [flush, a peer's 2 kernels], records out of order: the peer's 3+1 and 2+2 us.
+    records = [(0.0, 50.0, "fill"), (60.0, 63.0, "k1"), (64.0, 65.0, "k2"),
+               (100.0, 150.0, "fill"), (160.0, 162.0, "k1"), (163.0, 165.0, "k2")]
+    assert bl.per_call_times_after_flush(list(reversed(records)), 2, "fill") == (4.0, 2)
+    # A peer whose own kernel has the flush's name is still counted (position, not name, decides).
+    same = [(0.0, 50.0, "fill"), (60.0, 61.0, "fill"), (100.0, 150.0, "fill"), (160.0, 161.0, "fill")]
+    assert bl.per_call_times_after_flush(same, 2, "fill") == (1.0, 1)
+    for bad, calls in ((records[:5], 2), ([], 2), (records, 0), (records[::3], 2),
+                       ([records[0], records[1], records[2], records[3]], 2)):  # 2 + 0 kernels
+        try:
+            bl.per_call_times_after_flush(bad, calls, "fill")
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"{bad} in {calls} calls accepted")
+
+
 def test_host_table():
     doc = {"reference_peer": "F.instance_norm", "results": [
         {"peer": "x.add_(0)", "mode": "no_grad", "total_us": 10.0, "issue_us": 9.0},
@@ -242,6 +279,7 @@ def test_bench_instance_norm_args():
     args = bench_instance_norm.parse_args(["--out", "/tmp/x"])
     assert args.shapes == list(bl.DEFAULT_SHAPES) and args.dtypes == ["fp16", "bf16", "fp32"]
     assert args.compile_dtypes == args.dtypes and args.activations == ["none"]
+    assert not args.kernel_times and bench_instance_norm.parse_args(["--kernel-times"]).kernel_times
     cfgs = bench_instance_norm.configs(args)
     assert len(cfgs) == len(bl.DEFAULT_SHAPES) * 3 * 2 * 2
     quick = bench_instance_norm.parse_args(["--quick", "--compile-dtypes", "fp16"])
