@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import bench_cold_start as bcs  # noqa: E402
+import ncu_stalls  # noqa: E402
 import phase_clocks  # noqa: E402
 import bench_policy as bp  # noqa: E402
 import benchlib as bl  # noqa: E402
@@ -727,6 +728,31 @@ def test_phase_clocks_args_and_envs():
     assert both.layouts == ["ncdhw", "ndhwc"]
     assert kernel_times.parse_args(phase_clocks.times_command([(1, 2, 8, 8, 8)], both.layouts)[2:]).layouts == \
         ["ncdhw", "ndhwc"]
+
+
+def test_ncu_stalls_summarizes_the_source_export():
+    header = ('"Address","Source","Warp Stall Sampling (All Samples)","stall_long_sb","stall_wait",'
+              '"stall_long_sb (Not Issued)"')
+    text = "\n".join([
+        '"Kernel Name","normjit_instance_norm_forward",', header,
+        '"0x10","LDG.E.128 R4, [R2]","30","25","5","1"',
+        '"0x20","FADD R1, R2, R3","10","0","10","0"',
+        '"Kernel Name","normjit_instance_norm_nhwc_forward",', header,
+        '"0x30","BAR.SYNC 0x0","0","0","0","0"',
+    ])
+    blocks = list(ncu_stalls.kernel_blocks(text))
+    assert [name for name, _ in blocks] == ["normjit_instance_norm_forward", "normjit_instance_norm_nhwc_forward"]
+    assert len(blocks[0][1]) == 2 and blocks[0][1][0]["Source"] == "LDG.E.128 R4, [R2]"
+    lines = ncu_stalls.summarize(*blocks[0], top=5)
+    assert lines[0] == "## normjit_instance_norm_forward: 2 instructions, 40 samples"
+    assert lines[1] == "stalls: long_sb 62.5 %, wait 37.5 %"  # (Not Issued) columns are left out
+    assert "75.0 %  long_sb" in lines[3] and "LDG.E.128" in lines[3] and "wait" in lines[4]
+    assert ncu_stalls.summarize(*blocks[1], top=5) == ["## normjit_instance_norm_nhwc_forward: 1 instructions, 0 samples"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "source.csv")
+        with open(path, "w") as f:
+            f.write("not an export\n")
+        assert ncu_stalls.main([path]) == 1
 
 
 def test_phase_clocks_summarizes_channels_last_lines():
