@@ -422,6 +422,22 @@ static std::vector<int> spill_stores(const std::string& out) {
   return bytes;
 }
 
+// (kernel name, bytes of spill stores) for every kernel whose NVRTC log a warm-up printed; the
+// CLI prints each kernel's log in one piece, so compiles in parallel do not interleave them.
+static std::vector<std::pair<std::string, int>> spill_stores_by_kernel(const std::string& out) {
+  const std::string head = "NVRTC log of ";
+  std::vector<std::pair<std::string, int>> result;
+  for (size_t at = out.find(head); at != std::string::npos;) {
+    const size_t name_begin = at + head.size();
+    const size_t name_end = out.find(':', name_begin);
+    const size_t next = out.find(head, name_begin);
+    for (int bytes : spill_stores(out.substr(name_begin, next == std::string::npos ? std::string::npos : next - name_begin)))
+      result.emplace_back(out.substr(name_begin, name_end - name_begin), bytes);
+    at = next;
+  }
+  return result;
+}
+
 // The cached tiers hold a whole instance in registers: the CTA of 512 with 8 vectors a thread
 // (NCDHW instances of 32^3) and the channels-last CTA of 256 (the deepest stage) spilled 20-360
 // bytes a thread in 16-bit dtypes before their elements were packed two to a register
@@ -468,20 +484,22 @@ TEST(Cli, ChannelsLastBackwardDoesNotSpill) {
       std::string(kNoDriverCache) + "NORMJIT_CACHE_DIR=" + cache.path() + " NORMJIT_NVRTC_OPTIONS='--ptxas-options=-v' ";
   for (const char* dtype : {"f16", "bf16", "f32"})
     for (const char* act : {"identity", "relu", "leaky_relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh"})
-      for (const char* residual : {"", " --residual"})
-        for (const char* shape : {"2x32x128x128x128", "2x30x128x128x128"}) {
-          const std::string fusion = std::string(dtype) + " " + act + residual + " " + shape;
-          SCOPED_TRACE(fusion);
-          std::string out;
-          ASSERT_EQ(shell(env + NORMJIT_CLI_PATH + " warmup --quiet --layout ndhwc --direction bwd --dtype " + dtype +
-                              " --activation " + act + residual + " " + shape,
-                          &out),
-                    0)
-              << out;
-          // Every kernel the warm-up compiled (one per shape and fusion) reports its spills.
-          const std::vector<int> spills = spill_stores(out);
-          for (int bytes : spills) EXPECT_LE(bytes, std::string(shape) == "2x32x128x128x128" ? 0 : 32) << out;
-          EXPECT_GE(spills.size(), 1u) << out;
-        }
+      for (const char* residual : {"", " --residual"}) {
+        const std::string fusion = std::string(dtype) + " " + act + residual;
+        SCOPED_TRACE(fusion);
+        std::string out;
+        // Both shapes in one warm-up, which compiles their two kernels in parallel.
+        ASSERT_EQ(shell(env + NORMJIT_CLI_PATH + " warmup --quiet --layout ndhwc --direction bwd --dtype " + dtype +
+                            " --activation " + act + residual + " 2x32x128x128x128 2x30x128x128x128",
+                        &out),
+                  0)
+            << out;
+        // Every kernel the warm-up compiled (one per shape) reports its spills; the flat one (C = 30,
+        // lanes at run time: "gfi" in its name) may spill a few bytes outside its tile loop.
+        const auto spills = spill_stores_by_kernel(out);
+        for (const auto& [kernel, bytes] : spills)
+          EXPECT_LE(bytes, kernel.find("gfi") == std::string::npos ? 0 : 32) << kernel << "\n" << out;
+        EXPECT_EQ(spills.size(), 2u) << out;
+      }
 }
 #endif
