@@ -841,18 +841,24 @@ def _events_time_us(fn: Callable[[], object], warmup_ms: float, rep_ms: float) -
     return 1000.0 * median([s.elapsed_time(e) for s, e in zip(starts, ends)])
 
 
+def _per_call_groups(records: Sequence[tuple], calls: int, what: str) -> list[list[tuple]]:
+    """`records` ((start, end, ...) of every GPU activity of `calls` calls of one function) in
+    start order, cut into one group per call: a call's activities are consecutive."""
+    if calls <= 0 or not records or len(records) % calls:
+        raise ValueError(f"{len(records)} {what} cannot be {calls} calls of the same {what}")
+    size = len(records) // calls
+    ordered = sorted(records)
+    return [ordered[i:i + size] for i in range(0, len(ordered), size)]
+
+
 def per_call_kernel_times_us(kernels: Sequence[tuple[float, float]], calls: int) -> tuple[float, int]:
     """(median over calls of the GPU time a call's kernels took, kernels per call) from the
     (start, end) µs of every kernel the profiler saw in `calls` calls of one function.
 
-    A call's kernels are consecutive in start order; a call that launches k kernels contributes
-    the sum of its k durations (gaps between them are not counted: they are launch latency)."""
-    if calls <= 0 or not kernels or len(kernels) % calls:
-        raise ValueError(f"{len(kernels)} kernels cannot be {calls} calls of the same kernels")
-    per_call = len(kernels) // calls
-    ordered = sorted(kernels)
-    sums = [sum(end - start for start, end in ordered[i:i + per_call]) for i in range(0, len(ordered), per_call)]
-    return median(sums), per_call
+    A call that launches k kernels contributes the sum of its k durations (gaps between them are
+    not counted: they are launch latency)."""
+    groups = _per_call_groups(kernels, calls, "kernels")
+    return median([sum(end - start for start, end in g) for g in groups]), len(groups[0])
 
 
 def per_call_times_after_flush(records: Sequence[tuple[float, float, str]], calls: int,
@@ -862,20 +868,14 @@ def per_call_times_after_flush(records: Sequence[tuple[float, float, str]], call
     flush, the call]: in start order, each iteration's first activity must be the flush (named
     `flush_name`), and the rest of the iteration is the call's (kernels, copies, memsets of a peer
     whose kernel names are not known in advance: torch eager, torch.compile)."""
-    if calls <= 0 or not records or len(records) % calls:
-        raise ValueError(f"{len(records)} GPU activities cannot be {calls} calls of the same work")
-    per_iteration = len(records) // calls
-    if per_iteration < 2:
+    groups = _per_call_groups(records, calls, "GPU activities")
+    if len(groups[0]) < 2:
         raise ValueError("the calls launched no GPU work of their own")
-    ordered = sorted(records)
-    sums = []
-    for i in range(0, len(ordered), per_iteration):
-        group = ordered[i:i + per_iteration]
-        if group[0][2] != flush_name:
-            raise ValueError(f"an iteration starts with {group[0][2]!r}, not the L2 flush {flush_name!r}: "
+    for g in groups:
+        if g[0][2] != flush_name:
+            raise ValueError(f"an iteration starts with {g[0][2]!r}, not the L2 flush {flush_name!r}: "
                              "the calls do not launch the same work every time")
-        sums.append(sum(end - start for start, end, _ in group[1:]))
-    return median(sums), per_iteration - 1
+    return median([sum(end - start for start, end, _ in g[1:]) for g in groups]), len(groups[0]) - 1
 
 
 def kernel_time_us(fn: Callable[[], object], name_prefix: str | None = "normjit_",
