@@ -5,8 +5,8 @@
     python3 bench/phase_clocks.py --summarize log     # no GPU: the channels-last lines in µs
 
 Compiles normjit's kernels with -DNJ_PHASE_CLOCKS=1 (added to NORMJIT_NVRTC_OPTIONS here, before
-normjit loads: a disk-cache key of its own) and runs one forward and one backward (fp16, NCDHW,
-affine) per shape, after a warm-up call. Thread 0 of every 33rd CTA prints, from the GPU, its
+normjit loads: a disk-cache key of its own) and runs one forward and one backward (fp16, affine) per
+shape and layout (--layouts, default NCDHW), after a warm-up call. Thread 0 of every 33rd CTA prints, from the GPU, its
 mean SM cycles per phase of a steady step:
 
     nj_phase backward chunks 342 grid 264 cta 0 steps 86 (counted 78): cycles a step 8318 = A 370 + ...
