@@ -75,14 +75,26 @@ __device__ __forceinline__ idx_t nhwc_tile_begin(const NjParams& p, const TileUn
 
 #include "nhwc_ring.cuh"
 
-// Streams a chunk's tiles through `body(t0, tile)` in the pass's order: through the ring when the
-// kernel has one (the streamed forward: the ring holds its tiles in flight), else loaded into
+// Streams a chunk's tiles through `body(t0, tile)` in the pass's order: from the kept slots (the
+// chunk held in shared memory from the statistics pass to the output pass), through the ring when
+// the kernel has one (the streamed forward: the ring holds its tiles in flight), else loaded into
 // registers, the next tile's loads in flight while `body` works on this one.
 template <class Body>
 __device__ __forceinline__ void nhwc_stream(const NjParams& p, NhwcRing& ring, const TileUnit& u, bool output_pass,
                                             Body body) {
   const idx_t tiles = nhwc_unit_tiles(u);
-#if NJ_NHWC_RING
+#if NJ_NHWC_KEPT
+  // The statistics pass loads the chunk into the slots; the output pass reads it back from them.
+  (void)ring;
+  if (!output_pass) nhwc_kept_load(p, u);
+#pragma unroll 1
+  for (idx_t k = 0; k < tiles; ++k) {
+    if (!output_pass) nhwc_kept_wait(k);
+    NhwcTile t;
+    slots_read((int)k, t.x, nullptr, nullptr);
+    body(nhwc_tile_begin(p, u, k, tiles, false), t);
+  }
+#elif NJ_NHWC_RING
   for (idx_t k = 0; k < tiles; ++k) {
     NhwcTile t;
     nhwc_ring_take(p, ring, t.x);

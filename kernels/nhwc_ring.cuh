@@ -21,12 +21,59 @@
 #pragma once
 #include "smem_slots.cuh"
 
+//
+// The kept ring (NJ_RESIDENT: heuristics' "channels-last split, kept in shared memory") is the
+// same storage used the other way round: a chunk of at most NJ_STAGES tiles is copied whole, tile
+// k into slot k, for its statistics pass and stays there for its output pass, so x is read from
+// memory once instead of twice (the second time from L2). It applies where every CTA of the grid
+// holds its chunk at once: the mid stages, (2,128,32^3) and (2,256,16^3) in fp16.
 #define NJ_NHWC_RING (NJ_STAGES > 0)
+#define NJ_NHWC_KEPT (NJ_NHWC_RING && NJ_RESIDENT)
 #if NJ_NHWC_RING
-#if NJ_CACHED || NJ_BACKWARD || NJ_STAGES < 2
-#error "the channels-last ring serves the streamed forward, with at least 2 stages"
+#if NJ_CACHED || NJ_BACKWARD || (NJ_STAGES < 2 && !NJ_RESIDENT)
+#error "the channels-last ring serves the streamed forward, with at least 2 stages (1 when kept)"
 #endif
 static_assert(sizeof(vec_t) == 16, "the channels-last ring moves 16-byte vectors");
+
+// Starts copying the tile of chunk positions from t0 into `stage` (zeros for positions past the
+// chunk or channels past C; nothing is read when !live). Commits no cp.async group.
+__device__ __forceinline__ void nhwc_copy_tile(const NjParams& p, const TileUnit& u, idx_t t0, bool live, int stage) {
+#pragma unroll
+  for (int i = 0; i < NJ_ITEMS; ++i) {
+    const idx_t s = t0 + thread_row(u) + (idx_t)i * tile_rows(u);
+    const bool valid = live && u.c_valid && s < u.s_end;
+    const idx_t e = valid ? elem_at(p, u, s) : 0;
+    nj_cp_async16(nj_smem_address(nj_ring) + slot_offset(stage, 0, i), reinterpret_cast<const data_t*>(p.x) + e,
+                  valid);
+  }
+}
+
+#if NJ_NHWC_KEPT
+struct NhwcRing {};  // no cursor: each round's chunk is loaded whole (nhwc_kept_load)
+__device__ __forceinline__ void nhwc_ring_start(const NjParams&, NhwcRing&) {}
+
+// Copies the chunk's tiles into slots 0.. (tile k into slot k), one cp.async group per slot, the
+// slots past the chunk's tiles as empty groups: tile k has landed after
+// cp.async.wait_group(NJ_STAGES - 1 - k) (nhwc_kept_wait).
+__device__ __forceinline__ void nhwc_kept_load(const NjParams& p, const TileUnit& u) {
+  const idx_t tiles = nhwc_unit_tiles(u);
+#pragma unroll
+  for (int k = 0; k < NJ_STAGES; ++k) {
+    if (k < tiles) nhwc_copy_tile(p, u, nhwc_tile_begin(p, u, k, tiles, false), true, k);
+    nj_cp_async_commit();
+  }
+}
+
+// Waits until tile k (< NJ_STAGES) of nhwc_kept_load has landed; wait_group takes an immediate.
+template <int K = 0>
+__device__ __forceinline__ void nhwc_kept_wait(idx_t k) {
+  if (k == K) {
+    nj_cp_async_wait<NJ_STAGES - 1 - K>();
+  } else if constexpr (K + 1 < NJ_STAGES) {
+    nhwc_kept_wait<K + 1>(k);
+  }
+}
+#else
 
 #if NJ_TRAIN
 #define NJ_NHWC_PASSES 2
@@ -64,14 +111,7 @@ __device__ __forceinline__ void nhwc_ring_advance(const NjParams& p, NhwcRing& r
 // counts tiles.
 __device__ __forceinline__ void nhwc_ring_produce(const NjParams& p, NhwcRing& r, int stage) {
   const idx_t t0 = r.done ? 0 : nhwc_tile_begin(p, r.u, r.k, r.tiles, r.pass == 1);
-#pragma unroll
-  for (int i = 0; i < NJ_ITEMS; ++i) {
-    const idx_t s = t0 + thread_row(r.u) + (idx_t)i * tile_rows(r.u);
-    const bool valid = !r.done && r.u.c_valid && s < r.u.s_end;
-    const idx_t e = valid ? elem_at(p, r.u, s) : 0;
-    nj_cp_async16(nj_smem_address(nj_ring) + slot_offset(stage, 0, i), reinterpret_cast<const data_t*>(p.x) + e,
-                  valid);
-  }
+  nhwc_copy_tile(p, r.u, t0, !r.done, stage);
   nj_cp_async_commit();
   if (!r.done) {
     ++r.k;
@@ -101,6 +141,7 @@ __device__ __forceinline__ void nhwc_ring_take(const NjParams& p, NhwcRing& r, v
   nhwc_ring_produce(p, r, (int)((r.taken + NJ_STAGES - 1) % NJ_STAGES));
   ++r.taken;
 }
+#endif  // NJ_NHWC_KEPT
 
 // No cp.async may be pending when the kernel ends.
 __device__ __forceinline__ void nhwc_ring_finish() { nj_cp_async_wait<0>(); }

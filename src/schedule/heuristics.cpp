@@ -49,7 +49,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // before the ring: the streamed NCDHW kernels moved 2-2.7 TB/s of DRAM traffic with their loads
 // in registers, latency-bound at 1-2 CTAs per SM. The channels-last backward measured slower
 // through a ring (nhwc_ring.cuh says why) and keeps its tiles in registers.
-int ring_stages(const FusionKey& f, int threads, int items, int vec, int min_blocks, const DeviceProfile& dev) {
+// How many ring stages fit beside `min_blocks` CTAs per SM; 0 where no ring applies.
+int ring_capacity(const FusionKey& f, int threads, int items, int vec, int min_blocks, const DeviceProfile& dev) {
   if (dev.arch < 80 || vec * dtype_size(f.dtype) != 16) return 0;
   if (f.layout == Layout::ndhwc && f.direction == Direction::backward) return 0;
   const int64_t stage = int64_t(ring_tensors(f)) * items * threads * 16;
@@ -57,8 +58,12 @@ int ring_stages(const FusionKey& f, int threads, int items, int vec, int min_blo
   const int64_t static_smem = f.layout == Layout::ndhwc ? int64_t(threads) * vec * 4 : 0;
   // 2048: the driver's reserve per CTA and the kernels' small static shared memory.
   const int64_t per_cta = dev.smem_per_sm / std::max(1, min_blocks) - 2048 - static_smem;
-  const int64_t stages = std::min<int64_t>(ring_stage_cap(), per_cta / stage);
-  return stages >= 2 ? int(stages) : 0;
+  return int(std::clamp<int64_t>(per_cta / stage, 0, 255));
+}
+
+int ring_stages(const FusionKey& f, int threads, int items, int vec, int min_blocks, const DeviceProfile& dev) {
+  const int stages = std::min(ring_stage_cap(), ring_capacity(f, threads, items, vec, min_blocks, dev));
+  return stages >= 2 ? stages : 0;
 }
 
 // The resident split (kernels/resident_split.cuh): kSplitThreads / threads CTAs of `threads` per
@@ -464,8 +469,19 @@ int nhwc_min_blocks(int threads, const DeviceProfile& dev) {
 }
 
 KernelConfig nhwc_config(const NhwcGeometry& g, int threads, int items, int min_blocks, bool cached, bool index64,
-                         int stages) {
-  return make_config(threads, g.flat ? 0 : g.lanes, items, g.vec, min_blocks, cached, index64, stages, false, g.flat);
+                         int stages, bool kept = false) {
+  return make_config(threads, g.flat ? 0 : g.lanes, items, g.vec, min_blocks, cached, index64, stages, kept, g.flat);
+}
+
+// The kept split's slots a CTA holds (kernels/nhwc_ring.cuh: its chunk of at most that many tiles
+// stays in shared memory from the statistics pass to the output pass); 0 where it does not apply
+// (the training forward through a ring only). 8 at most: kernels are keyed by it.
+constexpr int kNhwcMaxKeptStages = 8;
+int nhwc_kept_stages(const FusionKey& f, int vec, const DeviceProfile& dev) {
+  if (f.direction != Direction::forward || !f.train) return 0;
+  const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int stages = std::min(kNhwcMaxKeptStages, ring_capacity(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev));
+  return ring_stages(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev) > 0 ? stages : 0;
 }
 
 // Vectors per thread and tile of the streamed channels-last split. The backward holds its tiles in
@@ -562,6 +578,31 @@ int64_t nhwc_default_chunks(const FusionKey& f, const ShapeKey& s, const DeviceP
   return budget > 1 ? std::max(budget, fill) : budget;
 }
 
+// The channels-last split that reads x once: every (n, channel tile) unit cut into chunks of at
+// most nhwc_kept_stages tiles, each held in its CTA's shared memory across the exchange, all
+// co-resident (one round). Chunks fill every CTA slot when the units are few, except where the
+// streamed split would keep a unit whole (one chunk needs no exchange; nhwc_default_chunks).
+// threads == 0 where the tensor does not fit on chip that way ((2,64,64^3) fp16: 64 MB against
+// ~26 MB of slots on the H100).
+Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int stages = nhwc_kept_stages(f, g.vec, dev);
+  // Not for flat rows: their kept kernel spilled (fp16 C = 30: 80 bytes a thread against 8 streamed;
+  // ptxas, sm_90), and flat shapes that fit on chip are few.
+  if (stages == 0 || g.flat || split_mode() == SplitMode::l2 || split_mode() == SplitMode::registers) return {};
+  const int64_t tile_rows = int64_t(kNhwcSplitThreads / g.lanes) * kBoundedItems;
+  const int64_t insts = s.N * g.tiles;
+  const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t fewest = ceil_div(g.extent, stages * tile_rows);
+  if (insts * fewest > resident) return {};
+  const int64_t fill = std::min(resident / insts, ceil_div(g.extent, tile_rows));
+  const int64_t chunks = nhwc_default_chunks(f, s, dev) == 1 ? fewest : std::max(fewest, fill);
+  Launch l = nhwc_split(f, s, dev, false, chunks, "channels-last split, kept in shared memory");
+  l.config = nhwc_config(g, kNhwcSplitThreads, kBoundedItems, l.config.min_blocks, false, needs_index64(s), stages,
+                         true);
+  return l;
+}
+
 // The smaller tier (a CTA of 64, else 256) that holds a whole unit of channel tiles at most
 // `max_lanes` vectors wide; threads == 0 when neither does.
 Launch nhwc_fitting_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy,
@@ -612,6 +653,7 @@ Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
                       "channels-last split (elementwise)");
   if (k_cached <= resident && split_mode() == SplitMode::registers)
     return nhwc_split(f, s, dev, true, k_cached, "channels-last split, cached in registers");
+  if (const Launch l = nhwc_kept_split(f, s, dev); l.config.threads != 0) return l;
   // Streamed twice, chunks sized so one round's reads fit in half the L2 (see choose_ncdhw), and
   // enough of them to fill the GPU.
   return nhwc_split(f, s, dev, false, nhwc_default_chunks(f, s, dev), "channels-last split, streamed twice");
@@ -652,14 +694,20 @@ bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const De
   if (l.config.threads == 0 || l.grid < 1 || l.grid > 0x7fffffff || l.chunks < 1 || cv < 1 || cv > 0x7fffffff)
     return false;
   if (int64_t(l.chunks) * cv < extent || int64_t(l.chunks - 1) * cv >= extent) return false;
-  if (l.cooperative && (l.grid > int64_t(dev.sms) * l.config.min_blocks ||
-                        (!l.config.resident && l.grid % l.chunks != 0)))
+  const bool ncdhw_resident = l.config.resident && f.layout == Layout::ncdhw;
+  if (l.cooperative && (l.grid > int64_t(dev.sms) * l.config.min_blocks || (!ncdhw_resident && l.grid % l.chunks != 0)))
     return false;
   // The resident split: one chunk per slot, and its deadlock-freedom condition (resident_split.cuh).
-  if (l.config.resident && (cv > int64_t(l.config.threads) * l.config.items ||
-                            l.chunks > resident_merge_capacity(f, l.config.threads) ||
-                            l.chunks - 1 > int64_t(l.config.stages - 2) * l.grid || l.exchange < 1))
+  if (ncdhw_resident && (cv > int64_t(l.config.threads) * l.config.items ||
+                         l.chunks > resident_merge_capacity(f, l.config.threads) ||
+                         l.chunks - 1 > int64_t(l.config.stages - 2) * l.grid || l.exchange < 1))
     return false;
+  // The kept channels-last split: a chunk of at most `stages` tiles (nhwc_ring.cuh).
+  if (l.config.resident && f.layout == Layout::ndhwc) {
+    const int lanes = l.config.flat ? nhwc_geometry(f, s).lanes : l.config.group;
+    const int64_t tile_rows = int64_t(l.config.threads / std::max(1, lanes)) * l.config.items;
+    if (l.config.cached || l.config.stages < 1 || cv > l.config.stages * tile_rows) return false;
+  }
   if (l.chunks > 1 && f.train && !l.cooperative) return false;
   return true;
 }
@@ -766,6 +814,7 @@ void nhwc_candidates(CandidateList& c, Policy policy) {
       if (k >= k_cached && k <= resident && g.extent >= 2 * int64_t(rows))
         c.add(nhwc_split(f, s, dev, true, k, "channels-last split, cached in registers"));
     if (!fits_a_tier) {
+      c.add(nhwc_kept_split(f, s, dev));
       for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
         c.add(nhwc_split(f, s, dev, false, nhwc_streamed_chunks(f, s, dev, budget),
                          "channels-last split, streamed twice"));
@@ -830,6 +879,8 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
           const int items = nhwc_streamed_items(f);
           out.push_back(make_config(kNhwcSplitThreads, lanes, items, vec, mb, false, idx64,
                                     ring_stages(f, kNhwcSplitThreads, items, vec, mb, dev)));
+          if (const int kept = nhwc_kept_stages(f, vec, dev))
+            out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, idx64, kept, true));
         }
     // Flat (16-byte vectors, lanes at run time): the same tiers and splits, one config each.
     NhwcGeometry flat;

@@ -58,14 +58,20 @@ std::string problem(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
   if (int64_t(l.chunks) * l.chunk_vectors < extent) return "chunks do not cover the instance";
   if (int64_t(l.chunks - 1) * l.chunk_vectors >= extent) return "an empty chunk";
   if (l.chunk_vectors > 0x7fffffff) return "chunk_vectors overflows int";
+  const bool ncdhw_resident = l.config.resident && f.layout == Layout::ncdhw;
   if (l.cooperative) {
     if (l.grid > int64_t(dev.sms) * l.config.min_blocks) return "cooperative grid exceeds the co-resident CTAs";
-    if (!l.config.resident && l.grid % l.chunks != 0) return "cooperative grid not a multiple of chunks";
-    if ((l.config.resident ? l.exchange : l.partials) <= 0 || l.counters <= 0) return "cooperative without workspace";
+    if (!ncdhw_resident && l.grid % l.chunks != 0) return "cooperative grid not a multiple of chunks";
+    if ((ncdhw_resident ? l.exchange : l.partials) <= 0 || l.counters <= 0) return "cooperative without workspace";
   }
   if (f.train && l.chunks > 1 && !l.cooperative) return "training chunks that cannot exchange";
   if (l.chunks == 1 && l.cooperative) return "cooperative with one chunk";
-  if (l.config.resident) {
+  if (l.config.resident && f.layout == Layout::ndhwc) {
+    // The kept channels-last split (kernels/nhwc_ring.cuh): a chunk of at most `stages` tiles.
+    if (l.config.cached || !f.train || f.direction != Direction::forward) return "kept split off the training forward";
+    if (l.chunk_vectors > int64_t(l.config.stages) * (l.config.threads / lanes) * l.config.items)
+      return "kept chunk larger than its slots";
+  } else if (l.config.resident) {
     // One chunk per slot, and the pipeline's deadlock-freedom condition (kernels/resident_split.cuh).
     if (l.chunk_vectors > int64_t(l.config.threads) * l.config.items) return "resident chunk larger than a slot";
     if (l.chunks - 1 > int64_t(l.config.stages - 2) * l.grid) return "resident instance spans too many steps";

@@ -147,12 +147,14 @@ TEST(GpuKernelsResident, EdgeShapesMatchDoubleReference) {
   }
 }
 
-// The channels-last streamed split, its forward through the cp.async ring (kernels/nhwc_ring.cuh)
-// by default: chunks that are not a whole number of tiles, channel tiles that C does not fill
-// (lanes without channels), a residual and an activation, 4-wide fp32 vectors with mean >> std,
-// bf16. The backward of each streams too (through registers).
+// The channels-last streamed split, its forward through the cp.async ring (kernels/nhwc_ring.cuh;
+// NORMJIT_SPLIT=l2 turns the kept split off, which would hold the smaller of these on chip):
+// chunks that are not a whole number of tiles, channel tiles that C does not fill (lanes without
+// channels), a residual and an activation, 4-wide fp32 vectors with mean >> std, bf16. The
+// backward of each streams too (through registers).
 TEST(GpuKernelsChannelsLastRing, EdgeShapesMatchDoubleReference) {
   REQUIRE_GPU();
+  const SplitModeForBothDirections streamed("l2");
   using A = normjit::Activation;
   const normjit::DeviceProfile dev = normjit::live_profile(0);
   const std::vector<Case> cases = {
@@ -165,9 +167,33 @@ TEST(GpuKernelsChannelsLastRing, EdgeShapesMatchDoubleReference) {
     SCOPED_TRACE(::testing::PrintToString(c));
     for (bool forward : {true, false}) {
       const normjit::Launch l = default_launch(c, forward, dev);
-      EXPECT_TRUE(!l.config.cached && l.chunks > 1 && (l.config.stages >= 2) == forward)
+      EXPECT_TRUE(!l.config.cached && !l.config.resident && l.chunks > 1 && (l.config.stages >= 2) == forward)
           << (forward ? "forward" : "backward") << ": " << l.tier << ", stages " << int(l.config.stages);
     }
+    check_case(c);
+  }
+}
+
+// The kept channels-last split (kernels/nhwc_ring.cuh): the training forward's default where every
+// chunk of at most `stages` tiles fits in its CTA's shared memory at once. Chunks of 1 to 6 tiles,
+// the last one partly filled; prime volumes; channel tiles that C does not fill; a residual and an
+// activation; fp32 (4-wide vectors) with mean >> std; bf16; the fp16 (2,128,32^3) stage.
+TEST(GpuKernelsChannelsLastKept, EdgeShapesMatchDoubleReference) {
+  REQUIRE_GPU();
+  using A = normjit::Activation;
+  const normjit::DeviceProfile dev = normjit::live_profile(0);
+  const std::vector<Case> cases = {
+      {{2, 128, 32, 32, 32}, DType::f16, true},                            // 66 chunks of 4 tiles
+      {{1, 64, 17, 19, 23}, DType::f16, true},                             // primes: one partial tile a chunk
+      {{3, 72, 20, 21, 22}, DType::bf16, true, true, A::leaky_relu, true},  // C = 72: 8 of a tile's 64
+      {{1, 32, 40, 40, 40}, DType::f32, true, true, A::identity, false, 1000.f},
+      {{1, 24, 40, 48, 37}, DType::f16, true, true, A::gelu_erf, false},    // C = 24 of a 32-channel tile
+      {{1, 64, 58, 58, 60}, DType::f16, true, false},                      // 264 chunks of 6 tiles: every slot
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    const normjit::Launch l = default_launch(c, true, dev);
+    EXPECT_TRUE(l.config.resident && l.config.stages >= 1 && l.chunks > 1) << l.tier;
     check_case(c);
   }
 }

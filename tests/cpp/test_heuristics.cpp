@@ -169,7 +169,7 @@ int tier_rank(const std::string& tier) {
   for (int i = 0; i < int(std::size(order)); ++i)
     if (tier.rfind(order[i], 0) == 0) return i;
   static const char* nhwc[] = {"channels-last small", "channels-last medium", "channels-last split, cached",
-                               "channels-last split, streamed"};
+                               "channels-last split, kept", "channels-last split, streamed"};
   for (int i = 0; i < int(std::size(nhwc)); ++i)
     if (tier.rfind(nhwc[i], 0) == 0) return 100 + i;
   ADD_FAILURE() << "unknown tier '" << tier << "'";
@@ -400,16 +400,20 @@ TEST(Heuristics, BigShapeBackwardAndOtherSplits) {
 TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
   // A channels-last training tensor that fits the L2 budget in few chunks still gets enough to
   // fill the co-resident CTA slots (2 per SM on the H200), as long as a chunk keeps 2 tiles of
-  // 128 rows; the workspace holds a pair per column per chunk plus the merged totals.
+  // 128 rows (streamed) or 1 (kept in shared memory: the forward where the tensor fits on chip);
+  // the workspace holds a pair per column per chunk plus the merged totals.
   const DeviceProfile h200 = builtin_profile("H200");
   struct Row {
     Shape shape;
+    bool forward;
     int chunks;
     int64_t grid;
   };
-  for (const Row& r : {Row{{2, 128, 32, 32, 32}, 66, 264}, Row{{2, 256, 16, 16, 16}, 16, 128},
-                       Row{{2, 64, 64, 64, 64}, 132, 264}}) {
-    for (bool forward : {true, false}) {
+  for (const Row& r : {Row{{2, 128, 32, 32, 32}, true, 66, 264}, Row{{2, 128, 32, 32, 32}, false, 66, 264},
+                       Row{{2, 256, 16, 16, 16}, true, 32, 256}, Row{{2, 256, 16, 16, 16}, false, 16, 128},
+                       Row{{2, 64, 64, 64, 64}, true, 132, 264}, Row{{2, 64, 64, 64, 64}, false, 132, 264}}) {
+    {
+      const bool forward = r.forward;
       const CallKeys k = forward ? forward_keys(fwd_args(r.shape, DType::f16, Layout::ndhwc))
                                  : backward_keys(bwd_args(r.shape, DType::f16, Layout::ndhwc));
       const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
@@ -423,12 +427,78 @@ TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
     }
   }
   // Where the L2 budget keeps an instance whole, it stays whole: one chunk needs no exchange.
-  // (8 channels: one 16-byte vector a row, 4096 positions, more than a CTA's registers hold.)
+  // (8 channels: one 16-byte vector a row, 4096 positions, more than a CTA's registers hold; the
+  // forward keeps its 4 tiles in shared memory.)
   const CallKeys k = forward_keys(fwd_args({2, 8, 16, 16, 16}, DType::f16, Layout::ndhwc));
   const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
-  EXPECT_EQ(l.tier, std::string("channels-last split, streamed twice"));
+  EXPECT_EQ(l.tier, std::string("channels-last split, kept in shared memory"));
   EXPECT_EQ(l.chunks, 1);
   EXPECT_FALSE(l.cooperative);
+}
+
+TEST(Heuristics, ChannelsLastForwardKeepsChunksOnChip) {
+  // The training forward of a channels-last tensor that fits in the CTAs' shared memory (the kept
+  // split, kernels/nhwc_ring.cuh): chunks of at most `stages` tiles, every CTA co-resident (one
+  // round), x read once. Not where it does not fit, not for the backward or eval, not for flat
+  // rows, not under NORMJIT_SPLIT=l2 or registers.
+  struct Row {
+    Shape shape;
+    DType dtype;
+    bool kept;
+  };
+  const Row rows[] = {
+      {{2, 128, 32, 32, 32}, DType::f16, true},   {{2, 256, 16, 16, 16}, DType::bf16, true},
+      {{1, 64, 58, 58, 60}, DType::f16, true},    {{3, 72, 20, 21, 22}, DType::f16, true},
+      {{2, 128, 32, 32, 32}, DType::f32, false},  // 32 MB: more than the slots
+      {{2, 64, 64, 64, 64}, DType::f16, false},   {{2, 32, 128, 128, 128}, DType::f16, false},
+      {{2, 30, 32, 32, 32}, DType::f16, false},   // flat super-rows
+      {{2, 320, 8, 8, 8}, DType::f16, false},     // a CTA holds a unit: the deep tier
+  };
+  for (const char* device : {"H100", "H200", "A100"}) {
+    const DeviceProfile dev = builtin_profile(device);
+    for (const Row& r : rows) {
+      const CallKeys k = forward_keys(fwd_args(r.shape, r.dtype, Layout::ndhwc));
+      const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+      SCOPED_TRACE(std::string(device) + " " + dtype_name(r.dtype) + " C=" + std::to_string(r.shape[1]) + " " +
+                   l.tier);
+      EXPECT_TRUE(launchable(k.fusion, k.shape, l, dev));
+      if (std::string(device) == "A100" && r.kept) {  // 164 KB of shared memory an SM: 4 slots
+        if (l.config.resident) EXPECT_EQ(l.config.stages, 4);
+        continue;
+      }
+      EXPECT_EQ(l.config.resident, r.kept);
+      if (!r.kept) continue;
+      EXPECT_EQ(l.tier, std::string("channels-last split, kept in shared memory"));
+      EXPECT_EQ(l.config.stages, 6) << describe(l.config);  // 96 KB of each CTA's ~110
+      EXPECT_FALSE(l.config.cached);
+      const int64_t tile_rows = int64_t(l.config.threads / l.config.group) * l.config.items;
+      EXPECT_LE(l.chunk_vectors, l.config.stages * tile_rows);
+      const int64_t units = r.shape[0] * ((r.shape[1] + l.config.group * l.config.vec - 1) / (l.config.group * l.config.vec));
+      EXPECT_EQ(l.grid, units * l.chunks) << "one round";
+      EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
+      EXPECT_GT(l.partials, 0);
+      // The backward and eval stream; so does the forward under NORMJIT_SPLIT=l2 or registers.
+      FusionKey b = k.fusion;
+      b.direction = Direction::backward;
+      b.save = false;
+      EXPECT_FALSE(choose_launch(b, k.shape, dev, Policy::bounded).config.resident);
+      FusionKey e = k.fusion;
+      e.train = false;
+      e.save = false;
+      EXPECT_FALSE(choose_launch(e, k.shape, dev, Policy::bounded).config.resident);
+      for (const char* mode : {"l2", "registers"}) {
+        setenv("NORMJIT_SPLIT", mode, 1);
+        const Launch m = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+        unsetenv("NORMJIT_SPLIT");
+        EXPECT_FALSE(m.config.resident) << mode;
+      }
+      // A launch whose chunks exceed the slots is refused.
+      Launch big = l;
+      big.chunks = std::max(1, l.chunks / 2);
+      big.chunk_vectors = (l.chunk_vectors * l.chunks + big.chunks - 1) / big.chunks;
+      if (big.chunk_vectors > l.config.stages * tile_rows) EXPECT_FALSE(launchable(k.fusion, k.shape, big, dev));
+    }
+  }
 }
 
 TEST(Heuristics, ChannelsLastDeepStagesNarrowTheChannelTiles) {
@@ -632,8 +702,9 @@ TEST(Heuristics, BoundedSetSizes) {
       {Direction::backward, Layout::ncdhw, DType::f32, true, 46},
       // Channels-last: 16 lane/vector classes x (2 tiers + 2 splits) x 2 index widths, + the flat
       // super-row configs (lanes at run time: 3 per index width).
-      {Direction::forward, Layout::ndhwc, DType::f16, true, 114},
-      {Direction::forward, Layout::ndhwc, DType::f32, true, 90},
+      // The training forward: + the kept split for the 16-byte class (4 lane counts x 2 index widths).
+      {Direction::forward, Layout::ndhwc, DType::f16, true, 122},
+      {Direction::forward, Layout::ndhwc, DType::f32, true, 98},
       {Direction::forward, Layout::ndhwc, DType::f16, false, 114},
       {Direction::backward, Layout::ndhwc, DType::f16, true, 114},
       {Direction::backward, Layout::ndhwc, DType::f32, true, 90},
@@ -679,7 +750,7 @@ TEST(Heuristics, RingFitsTheDeviceSharedMemory) {
               EXPECT_FALSE(c.cached) << describe(c);
               if (layout == Layout::ncdhw) EXPECT_EQ(c.group, c.threads) << describe(c);
               EXPECT_EQ(int(c.vec) * dtype_size(dt), 16) << describe(c);
-              EXPECT_GE(c.stages, 2) << describe(c);
+              EXPECT_GE(c.stages, c.resident && layout == Layout::ndhwc ? 1 : 2) << describe(c);
               EXPECT_EQ(ring_bytes(f, c), int64_t(c.stages) * ring_tensors(f) * c.items * c.threads * 16);
               // min_blocks CTAs of it, each with ~1 KB reserved by the driver and small static smem;
               // the channels-last forward's column sums besides (a float per thread and vector

@@ -167,16 +167,32 @@ def test_nan_and_inf_in_split_kernels_stay_in_their_instance(shape, channels_las
         torch.testing.assert_close(dx[n:n + 1, c:c + 1].double(), dxr, rtol=1e-2, atol=2e-2)
 
 
+@pytest.fixture(params=["auto", "l2"])
+def split_mode(request, monkeypatch):
+    """NORMJIT_SPLIT for one test: "auto" (the default: the training forward keeps a chunk in
+    shared memory where the tensor fits on chip) or "l2" (streamed twice). Plans made before or
+    after keep their own choice: the in-memory caches are cleared on both ends."""
+    if request.param == "auto":
+        monkeypatch.delenv("NORMJIT_SPLIT", raising=False)
+    else:
+        monkeypatch.setenv("NORMJIT_SPLIT", request.param)
+    normjit.clear_memory_caches()
+    yield request.param
+    monkeypatch.undo()
+    normjit.clear_memory_caches()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("shape", [(2, 256, 16, 16, 16), (2, 128, 32, 32, 32), (1, 96, 24, 40, 40),
                                    (3, 40, 32, 32, 30), (2, 20, 40, 40, 40)])
-def test_channels_last_split_merges_vs_float64(shape, dtype):
+def test_channels_last_split_merges_vs_float64(shape, dtype, split_mode):
     # The channels-last split merges its chunks' per-channel pairs in one of two ways
     # (kernels/nhwc_exchange.cuh): every CTA reads every chunk's pairs where there are fewer chunks
-    # than columns ((2,256,16^3): 16 chunks), else the scattered merge (CTA k merges column k and
-    # publishes it): the others, with a partly filled channel tile for C = 96 and C = 40 and flat
-    # super-rows for C = 20 in fp16. Mean >> std, running statistics and weight gradients against
-    # float64.
+    # than columns ((2,256,16^3) streamed: 16 chunks), else the scattered merge (CTA k merges
+    # column k and publishes it): the others, with a partly filled channel tile for C = 96 and
+    # C = 40 and flat super-rows for C = 20 in fp16. With split_mode "auto" the forward of most of
+    # them keeps its chunks in shared memory (kernels/nhwc_ring.cuh), with "l2" it streams them
+    # twice. Mean >> std, running statistics and weight gradients against float64.
     c = shape[1]
     x0 = _make(shape, dtype, channels_last=True, offset=100.0)
     dy = _make(shape, dtype, channels_last=True, seed=3)
