@@ -182,7 +182,7 @@ Plan make_plan(const Launch& l, const LoadedKernel& k, const DeviceState& dev) {
   p.function = k.function;
   p.context = dev.context;
   p.threads = l.config.threads;
-  p.smem = unsigned(k.dynamic_smem);
+  p.smem = unsigned(l.smem_bytes > 0 && l.smem_bytes < k.dynamic_smem ? l.smem_bytes : k.dynamic_smem);
   p.cooperative = l.cooperative;
   p.channel_major = l.channel_major;
   p.reverse_output = output_pass_reversed();

@@ -76,6 +76,9 @@ struct Launch {
   // The resident split: phase C starts the next chunk's load right after reading its slot, not at
   // the step's end (resident_split.cuh; early_refill_pays).
   bool early_refill = false;
+  // Dynamic shared memory of the launch when less than its kernel's ring (the kept channels-last
+  // split: the slots its chunks fill); 0 = the kernel's whole ring (ring_bytes).
+  int64_t smem_bytes = 0;
   const char* tier = "";       // the size tier, for explain
 };
 

@@ -175,13 +175,17 @@ TEST(GpuKernelsChannelsLastRing, EdgeShapesMatchDoubleReference) {
 }
 
 // The kept channels-last split (kernels/nhwc_ring.cuh): the training forward's default where every
-// chunk of at most `stages` tiles fits in its CTA's shared memory at once. Chunks of 1 to 6 tiles,
-// the last one partly filled; prime volumes; channel tiles that C does not fill; a residual and an
-// activation; fp32 (4-wide vectors) with mean >> std; bf16; the fp16 (2,128,32^3) stage.
+// chunk of at most `stages` tiles fits in its CTA's shared memory at once, forced here
+// (NORMJIT_SPLIT=resident) also where the default streams (fewer chunks than exchange columns).
+// Chunks of 1 to 6 tiles, the last one partly filled; prime volumes; channel tiles that C does not
+// fill; a residual and an activation; fp32 (4-wide vectors) with mean >> std; bf16; the fp16
+// (2,128,32^3) stage, kept by default.
 TEST(GpuKernelsChannelsLastKept, EdgeShapesMatchDoubleReference) {
   REQUIRE_GPU();
   using A = normjit::Activation;
   const normjit::DeviceProfile dev = normjit::live_profile(0);
+  EXPECT_TRUE(default_launch({{2, 128, 32, 32, 32}, DType::f16, true}, true, dev).config.resident);
+  const SplitModeForBothDirections kept("resident");
   const std::vector<Case> cases = {
       {{2, 128, 32, 32, 32}, DType::f16, true},                            // 66 chunks of 4 tiles
       {{1, 64, 17, 19, 23}, DType::f16, true},                             // primes: one partial tile a chunk

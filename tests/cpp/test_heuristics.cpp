@@ -180,7 +180,8 @@ int tier_rank(const std::string& tier) {
 TEST(Heuristics, TierIsMonotoneInSize) {
   // For a fixed vector class (spatial a multiple of 8), a larger instance never gets a smaller tier.
   // The backward's two splits rank as one: which of them pays depends on the chunk count against
-  // the grid, not on size alone (resident_backward_pays).
+  // the grid, not on size alone (resident_backward_pays). So do the channels-last forward's kept
+  // and streamed splits: the kept one applies by the chunk count against the exchange's columns.
   for (const char* device : {"H200", "A100", "L4"}) {
     for (Layout layout : {Layout::ncdhw, Layout::ndhwc}) {
       for (int dir = 0; dir < 2; ++dir) {
@@ -193,7 +194,10 @@ TEST(Heuristics, TierIsMonotoneInSize) {
                                         : backward_keys(bwd_args(s, DType::f16, layout));
             const Launch l = launch_for(k, device);
             const bool resident_backward = dir == 1 && std::string(l.tier).rfind("split, resident", 0) == 0;
-            const int rank = resident_backward ? tier_rank("split, streamed") : tier_rank(l.tier);
+            const bool kept = std::string(l.tier).rfind("channels-last split, kept", 0) == 0;
+            const int rank = resident_backward ? tier_rank("split, streamed")
+                             : kept            ? tier_rank("channels-last split, streamed")
+                                               : tier_rank(l.tier);
             EXPECT_GE(rank, last) << device << " " << layout_name(layout) << " dir " << dir << " C " << C << " spatial "
                                   << spatial << ": '" << l.tier << "' after '" << last_tier << "'";
             last = std::max(last, rank);
@@ -438,21 +442,36 @@ TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
 TEST(Heuristics, ChannelsLastForwardKeepsChunksOnChip) {
   // The training forward of a channels-last tensor that fits in the CTAs' shared memory (the kept
   // split, kernels/nhwc_ring.cuh): chunks of at most `stages` tiles, every CTA co-resident (one
-  // round), x read once. Not where it does not fit, not for the backward or eval, not for flat
-  // rows, not under NORMJIT_SPLIT=l2 or registers.
+  // round), x read once, the launch's shared memory the slots its chunks fill. Not where it does
+  // not fit, not for the backward or eval, not for flat rows, not under NORMJIT_SPLIT=l2 or
+  // registers, and by default not where the exchange reads every chunk's pairs (fewer chunks than
+  // columns), which NORMJIT_SPLIT=resident keeps too.
   struct Row {
     Shape shape;
     DType dtype;
     bool kept;
   };
   const Row rows[] = {
-      {{2, 128, 32, 32, 32}, DType::f16, true},   {{2, 256, 16, 16, 16}, DType::bf16, true},
-      {{1, 64, 58, 58, 60}, DType::f16, true},    {{3, 72, 20, 21, 22}, DType::f16, true},
+      {{2, 128, 32, 32, 32}, DType::f16, true},   {{1, 64, 58, 58, 60}, DType::f16, true},
+      {{2, 16, 32, 32, 32}, DType::bf16, true},   {{1, 24, 40, 48, 37}, DType::f16, true},
       {{2, 128, 32, 32, 32}, DType::f32, false},  // 32 MB: more than the slots
       {{2, 64, 64, 64, 64}, DType::f16, false},   {{2, 32, 128, 128, 128}, DType::f16, false},
       {{2, 30, 32, 32, 32}, DType::f16, false},   // flat super-rows
       {{2, 320, 8, 8, 8}, DType::f16, false},     // a CTA holds a unit: the deep tier
   };
+  // Fewer chunks than the exchange's 64 columns: streamed by default, kept when forced.
+  for (const Shape& shape : {Shape{2, 256, 16, 16, 16}, Shape{3, 72, 20, 21, 22}}) {
+    const CallKeys k = forward_keys(fwd_args(shape, DType::f16, Layout::ndhwc));
+    const DeviceProfile h100 = builtin_profile("H100");
+    const Launch l = choose_launch(k.fusion, k.shape, h100, Policy::bounded);
+    EXPECT_FALSE(l.config.resident) << l.tier;
+    EXPECT_LT(l.chunks, 64);
+    setenv("NORMJIT_SPLIT", "resident", 1);
+    const Launch forced = choose_launch(k.fusion, k.shape, h100, Policy::bounded);
+    unsetenv("NORMJIT_SPLIT");
+    EXPECT_TRUE(forced.config.resident) << forced.tier;
+    EXPECT_TRUE(launchable(k.fusion, k.shape, forced, h100));
+  }
   for (const char* device : {"H100", "H200", "A100"}) {
     const DeviceProfile dev = builtin_profile(device);
     for (const Row& r : rows) {
@@ -472,6 +491,8 @@ TEST(Heuristics, ChannelsLastForwardKeepsChunksOnChip) {
       EXPECT_FALSE(l.config.cached);
       const int64_t tile_rows = int64_t(l.config.threads / l.config.group) * l.config.items;
       EXPECT_LE(l.chunk_vectors, l.config.stages * tile_rows);
+      const int64_t tiles = (l.chunk_vectors + tile_rows - 1) / tile_rows;
+      EXPECT_EQ(l.smem_bytes, tiles * ring_bytes(k.fusion, l.config) / l.config.stages);
       const int64_t units = r.shape[0] * ((r.shape[1] + l.config.group * l.config.vec - 1) / (l.config.group * l.config.vec));
       EXPECT_EQ(l.grid, units * l.chunks) << "one round";
       EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);

@@ -167,11 +167,12 @@ def test_nan_and_inf_in_split_kernels_stay_in_their_instance(shape, channels_las
         torch.testing.assert_close(dx[n:n + 1, c:c + 1].double(), dxr, rtol=1e-2, atol=2e-2)
 
 
-@pytest.fixture(params=["auto", "l2"])
+@pytest.fixture(params=["auto", "l2", "resident"])
 def split_mode(request, monkeypatch):
     """NORMJIT_SPLIT for one test: "auto" (the default: the training forward keeps a chunk in
-    shared memory where the tensor fits on chip) or "l2" (streamed twice). Plans made before or
-    after keep their own choice: the in-memory caches are cleared on both ends."""
+    shared memory where the tensor fits on chip and the exchange is the scattered merge), "l2"
+    (streamed twice) or "resident" (kept wherever it fits). Plans made before or after keep their
+    own choice: the in-memory caches are cleared on both ends."""
     if request.param == "auto":
         monkeypatch.delenv("NORMJIT_SPLIT", raising=False)
     else:
@@ -190,9 +191,10 @@ def test_channels_last_split_merges_vs_float64(shape, dtype, split_mode):
     # (kernels/nhwc_exchange.cuh): every CTA reads every chunk's pairs where there are fewer chunks
     # than columns ((2,256,16^3) streamed: 16 chunks), else the scattered merge (CTA k merges
     # column k and publishes it): the others, with a partly filled channel tile for C = 96 and
-    # C = 40 and flat super-rows for C = 20 in fp16. With split_mode "auto" the forward of most of
-    # them keeps its chunks in shared memory (kernels/nhwc_ring.cuh), with "l2" it streams them
-    # twice. Mean >> std, running statistics and weight gradients against float64.
+    # C = 40 and flat super-rows for C = 20 in fp16. With split_mode "auto" the fp16 forward of
+    # (2,128,32^3) keeps its chunks in shared memory (kernels/nhwc_ring.cuh), with "resident" most
+    # fp16 forwards do, with "l2" every split streams twice. Mean >> std, running statistics and
+    # weight gradients against float64.
     c = shape[1]
     x0 = _make(shape, dtype, channels_last=True, offset=100.0)
     dy = _make(shape, dtype, channels_last=True, seed=3)
