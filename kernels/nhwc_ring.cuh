@@ -25,7 +25,7 @@
 // same storage used the other way round: a chunk of at most NJ_STAGES tiles is copied whole, tile
 // k into slot k, for its statistics pass and stays there for its output pass, so x is read from
 // memory once instead of twice (the second time from L2). It applies where every CTA of the grid
-// holds its chunk at once (in fp16 the (2,128,32^3) stage; heuristics' nhwc_kept_split says
+// holds its chunk at once (in fp16 the (2,256,16^3) and (2,128,32^3) stages; nhwc_kept_split says
 // where else). The launch's dynamic shared memory may cover only the slots its chunks fill.
 #define NJ_NHWC_RING (NJ_STAGES > 0)
 #define NJ_NHWC_KEPT (NJ_NHWC_RING && NJ_RESIDENT)

@@ -582,12 +582,12 @@ int64_t nhwc_default_chunks(const FusionKey& f, const ShapeKey& s, const DeviceP
 // most nhwc_kept_stages tiles, each held in its CTA's shared memory across the exchange, all
 // co-resident (one round), with the streamed split's chunks (nhwc_default_chunks) where they fit;
 // the launch's shared memory is the slots its chunks fill. threads == 0 where the tensor does not
-// fit on chip that way ((2,64,64^3) fp16: 64 MB against ~26 MB of slots on the H100) and, unless
-// NORMJIT_SPLIT=resident, where the exchange reads every chunk's pairs (fewer chunks than
-// columns): measured on the H100 (fp16 forward, CUPTI, session 21), the kept split took
-// (2,128,32^3) 24.2 -> 23.1 us, (1,64,58,58,60) 34.8 -> 30.9 and (2,16,32^3) 9.9 -> 9.7 (the
-// scattered merge), but (2,256,16^3) 11.5 -> 14.1 (16 chunks of 64 columns: every CTA reads every
-// chunk's pairs), in 16 chunks as in 32; why is not profiled yet.
+// fit on chip that way ((2,64,64^3) fp16: 64 MB against ~26 MB of slots on the H100). Measured on
+// the H100 (fp16 forward, CUPTI, against the streamed split): (2,128,32^3) 24.2 -> 23.1 us,
+// (1,64,58,58,60) 34.8 -> 30.9, (2,16,32^3) 9.9 -> 9.7 (session 21), and (2,256,16^3), whose
+// 16 chunks are fewer than the exchange's 64 columns (every CTA reads every chunk's pairs),
+// 11.4 -> 11.0 (session 22, slots sized to the chunk; 14.1 in session 21 with every CTA
+// reserving all six slots).
 Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
   const NhwcGeometry g = nhwc_geometry(f, s);
   const int stages = nhwc_kept_stages(f, g.vec, dev);
@@ -600,8 +600,6 @@ Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfil
   const int64_t fewest = ceil_div(g.extent, stages * tile_rows);
   if (insts * fewest > resident) return {};
   const int64_t chunks = std::max(fewest, nhwc_default_chunks(f, s, dev));
-  const int64_t columns = int64_t(g.lanes) * g.vec;  // the exchange's width (nhwc_exchange.cuh)
-  if (chunks > 1 && chunks < columns && split_mode() != SplitMode::resident) return {};
   Launch l = nhwc_split(f, s, dev, false, chunks, "channels-last split, kept in shared memory");
   l.config = nhwc_config(g, kNhwcSplitThreads, kBoundedItems, l.config.min_blocks, false, needs_index64(s), stages,
                          true);

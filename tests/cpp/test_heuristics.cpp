@@ -181,7 +181,7 @@ TEST(Heuristics, TierIsMonotoneInSize) {
   // For a fixed vector class (spatial a multiple of 8), a larger instance never gets a smaller tier.
   // The backward's two splits rank as one: which of them pays depends on the chunk count against
   // the grid, not on size alone (resident_backward_pays). So do the channels-last forward's kept
-  // and streamed splits: the kept one applies by the chunk count against the exchange's columns.
+  // and streamed splits: the kept one applies by whether the tensor fits the CTAs' slots.
   for (const char* device : {"H200", "A100", "L4"}) {
     for (Layout layout : {Layout::ncdhw, Layout::ndhwc}) {
       for (int dir = 0; dir < 2; ++dir) {
@@ -444,8 +444,8 @@ TEST(Heuristics, ChannelsLastForwardKeepsChunksOnChip) {
   // split, kernels/nhwc_ring.cuh): chunks of at most `stages` tiles, every CTA co-resident (one
   // round), x read once, the launch's shared memory the slots its chunks fill. Not where it does
   // not fit, not for the backward or eval, not for flat rows, not under NORMJIT_SPLIT=l2 or
-  // registers, and by default not where the exchange reads every chunk's pairs (fewer chunks than
-  // columns), which NORMJIT_SPLIT=resident keeps too.
+  // registers. Also where the chunks are fewer than the exchange's columns (every CTA reads every
+  // chunk's pairs): (2,256,16^3) and (3,72,20,21,22).
   struct Row {
     Shape shape;
     DType dtype;
@@ -458,20 +458,8 @@ TEST(Heuristics, ChannelsLastForwardKeepsChunksOnChip) {
       {{2, 64, 64, 64, 64}, DType::f16, false},   {{2, 32, 128, 128, 128}, DType::f16, false},
       {{2, 30, 32, 32, 32}, DType::f16, false},   // flat super-rows
       {{2, 320, 8, 8, 8}, DType::f16, false},     // a CTA holds a unit: the deep tier
+      {{2, 256, 16, 16, 16}, DType::f16, true},   {{3, 72, 20, 21, 22}, DType::f16, true},  // chunks < 64 columns
   };
-  // Fewer chunks than the exchange's 64 columns: streamed by default, kept when forced.
-  for (const Shape& shape : {Shape{2, 256, 16, 16, 16}, Shape{3, 72, 20, 21, 22}}) {
-    const CallKeys k = forward_keys(fwd_args(shape, DType::f16, Layout::ndhwc));
-    const DeviceProfile h100 = builtin_profile("H100");
-    const Launch l = choose_launch(k.fusion, k.shape, h100, Policy::bounded);
-    EXPECT_FALSE(l.config.resident) << l.tier;
-    EXPECT_LT(l.chunks, 64);
-    setenv("NORMJIT_SPLIT", "resident", 1);
-    const Launch forced = choose_launch(k.fusion, k.shape, h100, Policy::bounded);
-    unsetenv("NORMJIT_SPLIT");
-    EXPECT_TRUE(forced.config.resident) << forced.tier;
-    EXPECT_TRUE(launchable(k.fusion, k.shape, forced, h100));
-  }
   for (const char* device : {"H100", "H200", "A100"}) {
     const DeviceProfile dev = builtin_profile(device);
     for (const Row& r : rows) {

@@ -189,12 +189,12 @@ def split_mode(request, monkeypatch):
 def test_channels_last_split_merges_vs_float64(shape, dtype, split_mode):
     # The channels-last split merges its chunks' per-channel pairs in one of two ways
     # (kernels/nhwc_exchange.cuh): every CTA reads every chunk's pairs where there are fewer chunks
-    # than columns ((2,256,16^3) streamed: 16 chunks), else the scattered merge (CTA k merges
-    # column k and publishes it): the others, with a partly filled channel tile for C = 96 and
-    # C = 40 and flat super-rows for C = 20 in fp16. With split_mode "auto" the fp16 forward of
-    # (2,128,32^3) keeps its chunks in shared memory (kernels/nhwc_ring.cuh), with "resident" most
-    # fp16 forwards do, with "l2" every split streams twice. Mean >> std, running statistics and
-    # weight gradients against float64.
+    # than columns ((2,256,16^3): 16 chunks), else the scattered merge (CTA k merges column k and
+    # publishes it): the others, with a partly filled channel tile for C = 96 and C = 40 and flat
+    # super-rows for C = 20 in fp16. With split_mode "auto" or "resident" the fp16 forwards of
+    # (2,256,16^3) and (2,128,32^3) keep their chunks in shared memory (kernels/nhwc_ring.cuh), with
+    # "l2" every split streams twice; the backwards always stream. Mean >> std, running statistics
+    # and weight gradients against float64.
     c = shape[1]
     x0 = _make(shape, dtype, channels_last=True, offset=100.0)
     dy = _make(shape, dtype, channels_last=True, seed=3)
