@@ -13,6 +13,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-./ncu_out}
 mkdir -p "$OUT"
+# -lineinfo ties each SASS instruction to its line of the embedded kernel template (kernels/*.cuh),
+# which --import-source needs; it is part of the disk-cache key, so these kernels compile afresh.
+export NORMJIT_NVRTC_OPTIONS="${NORMJIT_NVRTC_OPTIONS:-} -lineinfo"
 ncu --clock-control none --set full --import-source yes -k regex:normjit -f -o "$OUT/ncu" \
   python3 bench/ncu_probe.py "$@" > "$OUT/probe.log" 2>&1 || { tail -20 "$OUT/probe.log"; exit 1; }
 ncu -i "$OUT/ncu.ncu-rep" --page details \
