@@ -175,8 +175,9 @@ TEST(GpuKernelsChannelsLastRing, EdgeShapesMatchDoubleReference) {
 }
 
 // The kept channels-last split (kernels/nhwc_ring.cuh): the training forward's default where every
-// chunk of at most `stages` tiles fits in its CTA's shared memory at once, forced here
-// (NORMJIT_SPLIT=resident) also where the default streams (fewer chunks than exchange columns).
+// chunk of at most `stages` tiles fits in its CTA's shared memory at once (forced here with
+// NORMJIT_SPLIT=resident, which keeps the same shapes, so that a heuristics change cannot quietly
+// turn the cases away from it).
 // Chunks of 1 to 6 tiles, the last one partly filled; prime volumes; channel tiles that C does not
 // fill; a residual and an activation; fp32 (4-wide vectors) with mean >> std; bf16; the fp16
 // (2,128,32^3) stage, kept by default.
