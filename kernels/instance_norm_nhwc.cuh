@@ -435,13 +435,20 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
       exchange_chunk_totals<false>(p, u, inst, smem, sums[0], sums[1]);
     }
 #if NJ_AFFINE
+    // Chunk 0 leaves the instance's sums for the last CTA's pass (finish_weight_grads), or with
+    // channel_major (N = 1: the instance is its channel's only one) writes dweight/dbias itself.
     if (u.chunk == 0 && thread_row(u) == 0 && (p.dweight || p.dbias)) {
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j)
         if (writes_channel(p, u, j)) {
-          const idx_t instance = u.n * p.C + slot_channel(p, u, j);
-          p.scratch[2 * instance] = sums[0][j];
-          p.scratch[2 * instance + 1] = sums[1][j];
+          const idx_t c = slot_channel(p, u, j);
+          if (p.channel_major) {
+            if (p.dweight) p.dweight[c] = sums[1][j];
+            if (p.dbias) p.dbias[c] = sums[0][j];
+          } else {
+            p.scratch[2 * (u.n * p.C + c)] = sums[0][j];
+            p.scratch[2 * (u.n * p.C + c) + 1] = sums[1][j];
+          }
         }
     }
 #endif
@@ -454,7 +461,7 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
   }
   nj_nhwc_phase_report("backward", rounds, p.chunks);
 #if NJ_AFFINE
-  finish_weight_grads(p, &last_flag);
+  if (!p.channel_major) finish_weight_grads(p, &last_flag);
 #endif
 }
 #endif

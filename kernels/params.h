@@ -83,6 +83,7 @@ struct NjParams {
   float act_param;         // leaky_relu slope
   float inv_spatial;       // 1 / spatial
   int reverse_output;      // streamed NDHWC kernels: the output pass walks each chunk backwards
-  int channel_major;       // NCDHW backward: units walk (c, n) with n fastest (see make_unit)
+  int channel_major;       // backward: every CTA holds all N samples of its channels and writes their
+                           // dweight/dbias itself; NCDHW units walk (c, n), n fastest (make_unit)
   int early_refill;        // resident split: phase C refills its slot as soon as it has read it
 };

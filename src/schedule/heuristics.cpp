@@ -664,15 +664,22 @@ Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
 }
 
 // Workspace: exchange counters (2 per instance + 1 grid-wide), partials, per-instance scratch.
-// The NCDHW backward's weight gradients need no grid-wide pass when each CTA's groups hold whole
-// channels (one chunk per instance, groups per CTA a multiple of N): measured on the H200, the
-// last-CTA pass (fence, atomic, a serial read of every instance's sums) was ~2 of the 5.6-6 us of
-// (2,320,4^3) and (2,320,8^3).
+// The backward's weight gradients need no grid-wide pass where each CTA holds every sample of its
+// channels (channel_major): the CTAs write dweight/dbias themselves.
+// - NCDHW: one chunk per instance and groups per CTA a multiple of N. Measured on the H200, the
+//   last-CTA pass (fence, atomic, a serial read of every instance's sums) was ~2 of the 5.6-6 us
+//   of (2,320,4^3) and (2,320,8^3).
+// - NDHWC: N = 1, where a channel's only instance is its sample's (chunk 0 writes the totals of
+//   the exchange). Measured on the H100 (session 23, CUPTI), (1,320,4^3)'s backward took 4.2 us
+//   against 4.5 with the pass (fp16; bf16 4.0 against 4.4). Holding both samples of N = 2 in one
+//   CTA instead (exp/batch-tile) halved the CTAs and lost: (2,320,8^3) 7.0 us against 6.0.
 Launch with_workspace(const FusionKey& f, const ShapeKey& s, Launch l) {
   const int64_t instances = s.N * s.C;
   const int64_t groups_per_cta = l.config.group > 0 ? l.config.threads / l.config.group : 0;
-  l.channel_major = f.layout == Layout::ncdhw && f.direction == Direction::backward && f.affine && l.chunks == 1 &&
-                    groups_per_cta > 0 && groups_per_cta % s.N == 0;
+  const bool weight_grads = f.direction == Direction::backward && f.affine;
+  l.channel_major = weight_grads && (f.layout == Layout::ncdhw
+                                         ? l.chunks == 1 && groups_per_cta > 0 && groups_per_cta % s.N == 0
+                                         : s.N == 1);
   const bool grid_reduce = (f.direction == Direction::forward && f.running) ||
                            (f.direction == Direction::backward && f.affine && !l.channel_major);
   if (l.cooperative || grid_reduce) {

@@ -70,8 +70,9 @@ struct Launch {
   int64_t partials = 0;
   int64_t scratch = 0;
   int64_t exchange = 0;        // the resident split's tagged words (8 bytes each)
-  // Instances walked channel by channel (n fastest), so that every CTA holds all N samples of its
-  // channels and sums the backward's dweight/dbias itself, without a grid-wide finishing pass.
+  // Every CTA holds all N samples of its channels and writes the backward's dweight/dbias itself,
+  // without a grid-wide finishing pass: NCDHW by walking instances channel by channel (n
+  // fastest), NDHWC where N = 1 (with_workspace).
   bool channel_major = false;
   // The resident split: phase C starts the next chunk's load right after reading its slot, not at
   // the step's end (resident_split.cuh; early_refill_pays).

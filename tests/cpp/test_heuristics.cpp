@@ -240,6 +240,25 @@ TEST(Heuristics, DeepBackwardSumsWeightGradsPerCta) {
   EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 320, 4, 4, 4}, DType::f16, Layout::ndhwc))).channel_major);
 }
 
+TEST(Heuristics, ChannelsLastBackwardOfOneSampleWritesWeightGradsPerCta) {
+  // N = 1: each (sample, channel tile) is its channels' only instance, so chunk 0 writes dweight
+  // and dbias itself, whether a CTA holds the unit or a split's exchange totals it.
+  for (const Shape& s : {Shape{1, 320, 4, 4, 4}, Shape{1, 32, 64, 64, 64}}) {
+    const Launch l = launch_for(backward_keys(bwd_args(s, DType::f16, Layout::ndhwc)));
+    SCOPED_TRACE(l.tier);
+    EXPECT_TRUE(l.channel_major);
+    EXPECT_EQ(l.scratch, 0);
+    EXPECT_EQ(l.counters, l.chunks > 1 ? 2 * s[1] + 1 : 0);  // the exchange's, where split
+  }
+  EXPECT_GT(launch_for(backward_keys(bwd_args({1, 32, 64, 64, 64}, DType::f16, Layout::ndhwc))).chunks, 1);
+  // Not for N = 2, nor without affine.
+  EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 32, 64, 64, 64}, DType::f16, Layout::ndhwc))).channel_major);
+  BackwardArgs plain = bwd_args({1, 320, 4, 4, 4}, DType::f16, Layout::ndhwc);
+  plain.weight = plain.bias = TensorArg{};
+  plain.dweight = plain.dbias = nullptr;
+  EXPECT_FALSE(launch_for(backward_keys(plain)).channel_major);
+}
+
 // ---------------------------------------------------------------------------------- splits
 TEST(Heuristics, BigShapeForwardIsACooperativeSplit) {
   // nnU-Net stage 0: 64 instances of 2M elements. With NORMJIT_SPLIT=registers each instance is
