@@ -670,9 +670,11 @@ Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
 //   last-CTA pass (fence, atomic, a serial read of every instance's sums) was ~2 of the 5.6-6 us
 //   of (2,320,4^3) and (2,320,8^3).
 // - NDHWC: N = 1, where a channel's only instance is its sample's (chunk 0 writes the totals of
-//   the exchange). Measured on the H100 (session 23, CUPTI), (1,320,4^3)'s backward took 4.2 us
-//   against 4.5 with the pass (fp16; bf16 4.0 against 4.4). Holding both samples of N = 2 in one
-//   CTA instead (exp/batch-tile) halved the CTAs and lost: (2,320,8^3) 7.0 us against 6.0.
+//   the exchange). Measured on the H100 (session 23, CUPTI, fp16), the backward of (1,320,4^3)
+//   took 3.4 us against 4.6 with the pass, (1,320,8^3) 4.1 against 5.7, (1,256,16^3) 10.8
+//   against 12.3. For N = 2, holding both samples of a channel tile in one CTA (exp/batch-tile)
+//   halved the CTAs and lost ((2,320,8^3) 7.0 us against 6.0); a thread-block cluster per tile
+//   (exp/cluster-wgrad) saved 0.3-0.5 us of the pass but slowed its kernels' other path as much.
 Launch with_workspace(const FusionKey& f, const ShapeKey& s, Launch l) {
   const int64_t instances = s.N * s.C;
   const int64_t groups_per_cta = l.config.group > 0 ? l.config.threads / l.config.group : 0;
