@@ -683,7 +683,7 @@ Launch with_workspace(const FusionKey& f, const ShapeKey& s, Launch l) {
                                          ? l.chunks == 1 && groups_per_cta > 0 && groups_per_cta % s.N == 0
                                          : s.N == 1);
   const bool grid_reduce = (f.direction == Direction::forward && f.running) ||
-                           (f.direction == Direction::backward && f.affine && !l.channel_major);
+                           (weight_grads && !l.channel_major);
   if (l.cooperative || grid_reduce) {
     l.counters = 2 * instances + 1;
     l.scratch = grid_reduce ? 2 * instances : 0;
