@@ -444,6 +444,35 @@ __device__ __forceinline__ void exchange_sum_partials(const NjParams& p, const U
 }
 #endif  // NJ_GROUP > 0
 
+// ---------------------------------------------------------------- thread-block clusters (sm_90)
+#if __CUDA_ARCH__ >= 900
+// Every thread of every CTA of the cluster arrives, then waits for all of them: shared-memory
+// writes before it are visible to the cluster's CTAs after it.
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// This CTA's rank in its cluster, and its cluster's index in the grid (1-D clusters).
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned r;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ unsigned cluster_index() {
+  unsigned r;
+  asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
+  return r;
+}
+// The float at `local`'s offset in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ float load_cluster_shared(const float* local, unsigned rank) {
+  const unsigned addr = (unsigned)__cvta_generic_to_shared(local);
+  unsigned remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+#endif
+
 // ---------------------------------------------------------------- grid-wide finishing steps
 // Both run in the last CTA to finish (see last_cta_arrive), over per-instance values that every
 // CTA left in p.scratch, in a fixed order: deterministic, no floating-point atomics.

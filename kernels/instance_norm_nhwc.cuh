@@ -395,6 +395,52 @@ __device__ __forceinline__ void nhwc_write_dx(const NjParams& p, const TileUnit&
   }
 }
 
+// Whether the weight gradients are summed by clusters (cluster_weight_grads) rather than written
+// by chunk 0 (N = 1) or left for the last CTA's pass.
+__device__ __forceinline__ bool weight_grads_in_cluster(const NjParams& p) {
+  return NJ_CLUSTER_WEIGHT_GRADS && p.channel_major && p.N > 1;
+}
+
+#if NJ_CLUSTER_WEIGHT_GRADS
+// dweight/dbias of a channel tile whose N samples' CTAs form one thread-block cluster (sm_90;
+// heuristics with_workspace: one CTA per unit; make_tile_unit takes the sample from the cluster
+// rank and the channel tile from the cluster's index). Row 0 of each CTA leaves its channels' (sum g, sum g * xhat) in its shared memory
+// (`smem`, free again once every thread has its column sums); after a cluster barrier, rank 0
+// adds the N ranks' pairs in sample order (the order, and so the bits, of the last CTA's pass it
+// replaces) and writes them; a second barrier keeps every rank's shared memory alive until rank 0
+// has read it. Every thread of every rank must call it.
+__device__ __forceinline__ void cluster_weight_grads(const NjParams& p, const TileUnit& u, const float (&sums)[2][NJ_VEC],
+                                                     float* smem) {
+  const bool row0 = thread_row(u) == 0;
+  float* mine = smem + 2 * thread_lane(u) * NJ_VEC;
+  __syncthreads();  // every thread has read its column sums from smem
+  if (row0) {
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) mine[2 * j] = sums[0][j], mine[2 * j + 1] = sums[1][j];
+  }
+  cluster_barrier();
+  if (row0 && u.n == 0 && u.c_valid) {
+    float sg[NJ_VEC], sgx[NJ_VEC];
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) sg[j] = 0.f, sgx[j] = 0.f;
+    for (unsigned rank = 0; rank < (unsigned)p.N; ++rank) {
+#pragma unroll
+      for (int j = 0; j < NJ_VEC; ++j) {
+        sg[j] += load_cluster_shared(mine + 2 * j, rank);
+        sgx[j] += load_cluster_shared(mine + 2 * j + 1, rank);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j)
+      if (writes_channel(p, u, j)) {
+        if (p.dweight) p.dweight[slot_channel(p, u, j)] = sgx[j];
+        if (p.dbias) p.dbias[slot_channel(p, u, j)] = sg[j];
+      }
+  }
+  cluster_barrier();
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
 normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
   __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
@@ -436,8 +482,9 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     }
 #if NJ_AFFINE
     // Chunk 0 leaves the instance's sums for the last CTA's pass (finish_weight_grads), or with
-    // channel_major (N = 1: the instance is its channel's only one) writes dweight/dbias itself.
-    if (u.chunk == 0 && thread_row(u) == 0 && (p.dweight || p.dbias)) {
+    // channel_major writes dweight/dbias itself: where N = 1 (the instance is its channel's only
+    // one) here, else through the cluster of its channel tile's N CTAs after the output.
+    if (u.chunk == 0 && thread_row(u) == 0 && (p.dweight || p.dbias) && !weight_grads_in_cluster(p)) {
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j)
         if (writes_channel(p, u, j)) {
@@ -456,6 +503,11 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     nhwc_write_dx(p, u, u.s_begin, t, cp, sums);
 #else
     nhwc_stream(p, ring, u, true, [&](idx_t t0, const NhwcTile& t) { nhwc_write_dx(p, u, t0, t, cp, sums); });
+#endif
+#if NJ_CLUSTER_WEIGHT_GRADS
+    // After the output, when the tile's registers are free (before it, the 16-bit kernels with an
+    // activation spilled 44-72 bytes, ptxas sm_90).
+    if (weight_grads_in_cluster(p)) cluster_weight_grads(p, u, sums, smem);
 #endif
     nj_phase_mark(kNhwcOutput);
   }

@@ -83,7 +83,8 @@ struct NjParams {
   float act_param;         // leaky_relu slope
   float inv_spatial;       // 1 / spatial
   int reverse_output;      // streamed NDHWC kernels: the output pass walks each chunk backwards
-  int channel_major;       // backward: every CTA holds all N samples of its channels and writes their
-                           // dweight/dbias itself; NCDHW units walk (c, n), n fastest (make_unit)
+  int channel_major;       // backward: CTAs write dweight/dbias themselves, no last CTA's pass. NCDHW:
+                           // units walk (c, n), n fastest (make_unit); NDHWC: N = 1, or with N > 1
+                           // a cluster per channel tile, a CTA per sample (cluster_weight_grads)
   int early_refill;        // resident split: phase C refills its slot as soon as it has read it
 };

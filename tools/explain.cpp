@@ -200,7 +200,8 @@ std::string format_call(const std::vector<ExplainCall>& calls, size_t i) {
   if (c.empty) return head + c.reason;
   std::string s = head + kernel_name(c.fusion, c.config) + "  " + c.launch.tier + ", grid " +
                   std::to_string(c.launch.grid) + " x " + std::to_string(c.config.threads) + ", chunks " +
-                  std::to_string(c.launch.chunks) + (c.launch.cooperative ? " (cooperative)" : "") + "  ";
+                  std::to_string(c.launch.chunks) + (c.launch.cooperative ? " (cooperative)" : "") +
+                  (c.launch.cluster > 1 ? " (clusters of " + std::to_string(c.launch.cluster) + ")" : "") + "  ";
   if (c.new_kernel)
     s += "(new kernel: " + c.reason + ")";
   else

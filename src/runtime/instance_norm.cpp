@@ -166,6 +166,7 @@ struct Plan {
   unsigned grid = 0, threads = 0, smem = 0;
   bool cooperative = false;
   bool channel_major = false;
+  int cluster = 1;  // CTAs per thread-block cluster
   bool reverse_output = true;
   bool early_refill = false;
   int chunks = 1;
@@ -185,6 +186,7 @@ Plan make_plan(const Launch& l, const LoadedKernel& k, const DeviceState& dev) {
   p.smem = unsigned(l.smem_bytes > 0 && l.smem_bytes < k.dynamic_smem ? l.smem_bytes : k.dynamic_smem);
   p.cooperative = l.cooperative;
   p.channel_major = l.channel_major;
+  p.cluster = l.cluster;
   p.reverse_output = output_pass_reversed();
   p.early_refill = l.early_refill;
   p.chunks = l.chunks;
@@ -195,6 +197,9 @@ Plan make_plan(const Launch& l, const LoadedKernel& k, const DeviceState& dev) {
   p.counters = l.counters, p.partials = l.partials, p.scratch = l.scratch, p.exchange = l.exchange;
   if (l.grid <= 0 || l.grid > 0x7fffffff) throw Error("normjit: internal: grid of " + std::to_string(l.grid) + " CTAs");
   p.grid = unsigned(l.grid);
+  if (l.cluster > 1 && l.grid % l.cluster != 0)
+    throw Error("normjit: internal: grid of " + std::to_string(l.grid) + " CTAs in clusters of " +
+                std::to_string(l.cluster));
   if (l.cooperative && l.grid > int64_t(k.max_blocks_per_sm) * dev.profile.sms)
     throw Error("normjit: internal: kernel " + k.name + " needs " + std::to_string(l.grid) +
                 " co-resident CTAs but the device holds " + std::to_string(k.max_blocks_per_sm * dev.profile.sms) +
@@ -225,11 +230,16 @@ void launch_plan(const Plan& plan, int device, NjParams& params, void* stream) {
   params.early_refill = plan.early_refill;
   void* args[] = {&params};
   CUresult r;
-  if (plan.cooperative) {
+  if (plan.cooperative || plan.cluster > 1) {
     CUlaunchAttribute attr;
     std::memset(&attr, 0, sizeof(attr));
-    attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-    attr.value.cooperative = 1;
+    if (plan.cooperative) {
+      attr.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attr.value.cooperative = 1;
+    } else {
+      attr.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attr.value.clusterDim.x = unsigned(plan.cluster), attr.value.clusterDim.y = 1, attr.value.clusterDim.z = 1;
+    }
     CUlaunchConfig cfg;
     std::memset(&cfg, 0, sizeof(cfg));
     cfg.gridDimX = plan.grid, cfg.gridDimY = 1, cfg.gridDimZ = 1;

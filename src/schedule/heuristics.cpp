@@ -188,6 +188,16 @@ int nhwc_min_row_bytes() {
   return bytes;
 }
 
+bool cluster_weight_grads_enabled() {
+  // NORMJIT_CLUSTER_WEIGHT_GRADS=0 leaves the channels-last backward of N > 1 to the last CTA's
+  // weight-gradient pass (with_workspace), for measurements. Read once per process.
+  static const bool on = [] {
+    const char* v = std::getenv("NORMJIT_CLUSTER_WEIGHT_GRADS");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 int nhwc_backward_items_override() {
   static const int items = env_int_in("NORMJIT_NHWC_BWD_ITEMS", 1, 8, 0);
   return items;
@@ -673,15 +683,27 @@ Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
 //   the exchange). Measured on the H100 (session 23, CUPTI, fp16), the backward of (1,320,4^3)
 //   took 3.4 us against 4.6 with the pass, (1,320,8^3) 4.1 against 5.7, (1,256,16^3) 10.8
 //   against 12.3. For N = 2, holding both samples of a channel tile in one CTA (exp/batch-tile)
-//   halved the CTAs and lost ((2,320,8^3) 7.0 us against 6.0); a thread-block cluster per tile
-//   (exp/cluster-wgrad) saved 0.3-0.5 us of the pass but slowed its kernels' other path as much.
-Launch with_workspace(const FusionKey& f, const ShapeKey& s, Launch l) {
+//   halved the CTAs and lost ((2,320,8^3) 7.0 us against 6.0).
+// - NDHWC with 2 <= N <= 8 on sm_90 and later, one CTA per unit held in registers, 32-bit
+//   indexing, not flat, no residual (NJ_CLUSTER_WEIGHT_GRADS in kernels/nhwc_tile.cuh): a thread-block
+//   cluster of the channel tile's N CTAs, whose rank 0 sums their pairs from distributed shared
+//   memory (kernels/instance_norm_nhwc.cuh cluster_weight_grads). Session 23: 0.3-0.5 us less
+//   than the pass on this tree, but this tree's kernels without it ran 0.2-0.5 us slower than
+//   main's (PERF_NOTES 000b); not landed.
+constexpr int64_t kMaxClusterSamples = 8;  // the portable cluster size
+Launch with_workspace(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Launch l) {
   const int64_t instances = s.N * s.C;
   const int64_t groups_per_cta = l.config.group > 0 ? l.config.threads / l.config.group : 0;
   const bool weight_grads = f.direction == Direction::backward && f.affine;
+  const bool cluster = f.layout == Layout::ndhwc && weight_grads && !f.residual && s.N > 1 && s.N <= kMaxClusterSamples &&
+                       dev.arch >= 90 && l.chunks == 1 && l.config.cached && !l.config.flat && !l.config.index64 &&
+                       !l.cooperative &&
+                       l.grid == s.N * ceil_div(s.C, int64_t(l.config.group) * l.config.vec) &&
+                       cluster_weight_grads_enabled();
   l.channel_major = weight_grads && (f.layout == Layout::ncdhw
                                          ? l.chunks == 1 && groups_per_cta > 0 && groups_per_cta % s.N == 0
-                                         : s.N == 1);
+                                         : s.N == 1 || cluster);
+  l.cluster = cluster ? int(s.N) : 1;
   const bool grid_reduce = (f.direction == Direction::forward && f.running) ||
                            (weight_grads && !l.channel_major);
   if (l.cooperative || grid_reduce) {
@@ -697,7 +719,7 @@ Launch with_workspace(const FusionKey& f, const ShapeKey& s, Launch l) {
 
 Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
   const Launch l = f.layout == Layout::ncdhw ? choose_ncdhw(f, s, dev, policy) : choose_nhwc(f, s, dev, policy);
-  return with_workspace(f, s, l);
+  return with_workspace(f, s, dev, l);
 }
 
 // The kernels' preconditions (heuristics.h).
@@ -740,7 +762,7 @@ struct CandidateList {
   // list is full.
   void add(const Launch& built) {
     if (built.config.threads == 0 || out.size() >= kMaxCandidates) return;
-    const Launch l = with_workspace(f, s, built);
+    const Launch l = with_workspace(f, s, dev, built);
     if (!launchable(f, s, l, dev)) return;
     for (const Launch& c : out)
       if (same_launch(c, l)) return;

@@ -52,6 +52,9 @@ int resident_slots();
 // CTA per SM, or 256, two), 0 where unset (the heuristics choose per direction). Read once per
 // process.
 int resident_threads_override();
+// Whether the channels-last backward of 2-8 samples may sum its weight gradients in thread-block
+// clusters (NORMJIT_CLUSTER_WEIGHT_GRADS=0|1, default 1). Read once per process.
+bool cluster_weight_grads_enabled();
 // Most tiles of a streamed kernel's cp.async ring (2-8; NORMJIT_RING_STAGES, default 3), as the
 // shared memory allows. Read once per process.
 int ring_stage_cap();
@@ -72,8 +75,11 @@ struct Launch {
   int64_t exchange = 0;        // the resident split's tagged words (8 bytes each)
   // Every CTA holds all N samples of its channels and writes the backward's dweight/dbias itself,
   // without a grid-wide finishing pass: NCDHW by walking instances channel by channel (n
-  // fastest), NDHWC where N = 1 (with_workspace).
+  // fastest); NDHWC where N = 1, or with N > 1 through a cluster of a channel tile's N CTAs
+  // (units tile-major, n fastest; with_workspace).
   bool channel_major = false;
+  // CTAs per thread-block cluster (1: no cluster launch).
+  int cluster = 1;
   // The resident split: phase C starts the next chunk's load right after reading its slot, not at
   // the step's end (resident_split.cuh; early_refill_pays).
   bool early_refill = false;

@@ -233,6 +233,33 @@ TEST(GpuKernelsChannelsLastDeep, NarrowTilesMatchDoubleReference) {
   }
 }
 
+// Channels-last backward of 2-8 samples with one CTA per (sample, channel tile) on sm_90: the
+// weight gradients are summed by a thread-block cluster of the tile's N CTAs (heuristics
+// with_workspace, kernels/instance_norm_nhwc.cuh cluster_weight_grads). Covers N = 2, 3, 5 and 8,
+// a partial last tile (C = 200 and 321), tiles of 2 and 8 lanes, fp32 with mean >> std, bf16, an
+// activation, and the same bits on a second run; N = 9 stays with the last CTA's pass.
+TEST(GpuKernelsChannelsLastDeep, ClusterWeightGradsMatchDoubleReference) {
+  REQUIRE_GPU();
+  using A = normjit::Activation;
+  const normjit::DeviceProfile dev = normjit::live_profile(0);
+  if (dev.arch < 90) GTEST_SKIP() << "thread-block clusters need sm_90; this GPU is sm_" << dev.arch;
+  if (!normjit::cluster_weight_grads_enabled()) GTEST_SKIP() << "NORMJIT_CLUSTER_WEIGHT_GRADS=0";
+  const std::vector<Case> cases = {
+      {{2, 320, 8, 8, 8}, DType::f16, true},
+      {{3, 200, 5, 7, 11}, DType::f16, true, true, A::leaky_relu, false},
+      {{5, 321, 4, 4, 4}, DType::bf16, true},
+      {{8, 64, 4, 4, 4}, DType::f32, true, true, A::identity, false, 1000.f},
+      {{2, 256, 3, 3, 3}, DType::f32, true},
+      {{9, 64, 4, 4, 4}, DType::f16, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    const normjit::Launch l = default_launch(c, false, dev);
+    EXPECT_EQ(l.cluster, c.shape[0] <= 8 ? c.shape[0] : 1) << l.tier << ", chunks " << l.chunks;
+    EXPECT_EQ(check_case(c, 3), check_case(c, 3));
+  }
+}
+
 // Channels-last with C not a multiple of the 16-byte vector: the flat super-rows of lcm(C, vec)
 // elements (kernels/nhwc_tile.cuh) where positions per super-row divide the volume and the lanes
 // fit 32, else the narrow vectors. Covers 3, 8 and 15 lanes (spare threads in the CTA), 2, 4 and 8

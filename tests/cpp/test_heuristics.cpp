@@ -237,7 +237,7 @@ TEST(Heuristics, DeepBackwardSumsWeightGradsPerCta) {
   plain.dweight = plain.dbias = nullptr;
   EXPECT_FALSE(launch_for(backward_keys(plain)).channel_major);
   EXPECT_FALSE(launch_for(forward_keys(fwd_args({2, 320, 4, 4, 4}))).channel_major);
-  EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 320, 4, 4, 4}, DType::f16, Layout::ndhwc))).channel_major);
+  // (Channels-last: ChannelsLastBackwardOf*.)
 }
 
 TEST(Heuristics, ChannelsLastBackwardOfOneSampleWritesWeightGradsPerCta) {
@@ -251,12 +251,43 @@ TEST(Heuristics, ChannelsLastBackwardOfOneSampleWritesWeightGradsPerCta) {
     EXPECT_EQ(l.counters, l.chunks > 1 ? 2 * s[1] + 1 : 0);  // the exchange's, where split
   }
   EXPECT_GT(launch_for(backward_keys(bwd_args({1, 32, 64, 64, 64}, DType::f16, Layout::ndhwc))).chunks, 1);
-  // Not for N = 2, nor without affine.
+  // Not for a split of N = 2, nor without affine.
   EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 32, 64, 64, 64}, DType::f16, Layout::ndhwc))).channel_major);
   BackwardArgs plain = bwd_args({1, 320, 4, 4, 4}, DType::f16, Layout::ndhwc);
   plain.weight = plain.bias = TensorArg{};
   plain.dweight = plain.dbias = nullptr;
   EXPECT_FALSE(launch_for(backward_keys(plain)).channel_major);
+  EXPECT_EQ(launch_for(backward_keys(plain)).cluster, 1);
+}
+
+TEST(Heuristics, ChannelsLastBackwardOfSeveralSamplesSumsWeightGradsInClusters) {
+  // 2 <= N <= 8, one CTA per (sample, channel tile), sm_90: a cluster of the tile's N CTAs sums
+  // the weight gradients (no scratch, no grid counter, no last CTA's pass).
+  for (const Shape& s : {Shape{2, 320, 8, 8, 8}, Shape{2, 320, 4, 4, 4}, Shape{4, 128, 8, 8, 8}, Shape{8, 64, 4, 4, 4},
+                         Shape{3, 200, 5, 7, 11}}) {
+    for (const char* device : {"H100", "H200"}) {
+      const Launch l = launch_for(backward_keys(bwd_args(s, DType::f16, Layout::ndhwc)), device);
+      SCOPED_TRACE(std::string(device) + " N=" + std::to_string(s[0]) + " C=" + std::to_string(s[1]) + ": " + l.tier);
+      EXPECT_TRUE(l.channel_major);
+      EXPECT_EQ(l.cluster, s[0]);
+      EXPECT_EQ(l.chunks, 1);
+      EXPECT_EQ(l.grid % l.cluster, 0);
+      EXPECT_EQ(l.scratch, 0);
+      EXPECT_EQ(l.counters, 0);
+    }
+  }
+  // Not before sm_90 (A100: the last CTA's pass), nor past the portable cluster size, nor for a
+  // split, nor for the forward or the flat super-rows of C = 30.
+  const Launch a100 = launch_for(backward_keys(bwd_args({2, 320, 8, 8, 8}, DType::f16, Layout::ndhwc)), "A100");
+  EXPECT_FALSE(a100.channel_major);
+  EXPECT_EQ(a100.cluster, 1);
+  EXPECT_GT(a100.scratch, 0);
+  EXPECT_EQ(launch_for(backward_keys(bwd_args({9, 64, 4, 4, 4}, DType::f16, Layout::ndhwc))).cluster, 1);
+  EXPECT_EQ(launch_for(backward_keys(bwd_args({2, 32, 64, 64, 64}, DType::f16, Layout::ndhwc))).cluster, 1);
+  EXPECT_EQ(launch_for(forward_keys(fwd_args({2, 320, 8, 8, 8}, DType::f16, Layout::ndhwc))).cluster, 1);
+  EXPECT_EQ(launch_for(backward_keys(bwd_args({2, 30, 8, 8, 8}, DType::f16, Layout::ndhwc))).cluster, 1);
+  // NCDHW never launches clusters.
+  EXPECT_EQ(launch_for(backward_keys(bwd_args({2, 320, 8, 8, 8}))).cluster, 1);
 }
 
 // ---------------------------------------------------------------------------------- splits
