@@ -133,7 +133,8 @@ inline normjit::TensorArg arg(const DeviceBuffer& b, DType d, const Case& c) {
 inline double tolerance(DType d) { return d == DType::f32 ? 2e-4 : d == DType::f16 ? 1.5e-2 : 8e-2; }
 
 // Runs forward and backward on the GPU and checks y, mean/rstd, dx, dweight, dbias (and the
-// residual's gradient) against double precision. Returns dx's bytes, for determinism checks.
+// residual's gradient) against double precision. Returns the bytes of dx (then of dweight and
+// dbias, where affine), for determinism checks.
 inline std::vector<unsigned char> check_case(const Case& c, uint32_t seed = 1) {
   Layout L{c.shape[0], c.shape[1], 1, c.channels_last};
   for (size_t d = 2; d < c.shape.size(); ++d) L.S *= c.shape[d];
@@ -239,7 +240,14 @@ inline std::vector<unsigned char> check_case(const Case& c, uint32_t seed = 1) {
       EXPECT_NEAR(dw[ch], dw_ref[ch], tol * (std::sqrt(double(L.N * L.S)) + std::fabs(dw_ref[ch]))) << "dweight " << ch;
       EXPECT_NEAR(db[ch], db_ref[ch], tol * (std::sqrt(double(L.N * L.S)) + std::fabs(db_ref[ch]))) << "dbias " << ch;
     }
-  return dx.bytes;
+  std::vector<unsigned char> out = dx.bytes;
+  if (c.affine) {
+    const auto* w_bytes = reinterpret_cast<const unsigned char*>(dw.data());
+    const auto* b_bytes = reinterpret_cast<const unsigned char*>(db.data());
+    out.insert(out.end(), w_bytes, w_bytes + dw.size() * sizeof(float));
+    out.insert(out.end(), b_bytes, b_bytes + db.size() * sizeof(float));
+  }
+  return out;
 }
 
 }  // namespace normjit_test

@@ -95,6 +95,10 @@ normjit::Launch default_launch(const Case& c, bool forward, const normjit::Devic
     normjit::BackwardArgs a;
     a.x = a.dy = a.dx = t;
     if (c.residual && c.act != normjit::Activation::identity) a.residual = t;
+    if (c.affine) {  // as check_case: fp32 parameters, with their gradients (with_workspace's clusters)
+      a.weight = a.bias = normjit::contiguous_tensor(probe.get(), DType::f32, {c.shape[1]});
+      a.dweight = a.dbias = static_cast<float*>(probe.get());
+    }
     a.activation = c.act;
     a.save_mean = a.save_rstd = static_cast<float*>(probe.get());
     k = normjit::backward_keys(a);
