@@ -395,16 +395,10 @@ __device__ __forceinline__ void nhwc_write_dx(const NjParams& p, const TileUnit&
   }
 }
 
-// Whether the weight gradients are summed by clusters (cluster_weight_grads) rather than written
-// by chunk 0 (N = 1) or left for the last CTA's pass.
-__device__ __forceinline__ bool weight_grads_in_cluster(const NjParams& p) {
-  return NJ_CLUSTER_WEIGHT_GRADS && p.channel_major && p.N > 1;
-}
-
-#if NJ_CLUSTER_WEIGHT_GRADS
+#if NJ_CLUSTER
 // dweight/dbias of a channel tile whose N samples' CTAs form one thread-block cluster (sm_90;
-// heuristics with_workspace: one CTA per unit; make_tile_unit takes the sample from the cluster
-// rank and the channel tile from the cluster's index). Row 0 of each CTA leaves its channels' (sum g, sum g * xhat) in its shared memory
+// heuristics nhwc_cluster_tier: one CTA per unit; make_tile_unit takes the sample from the
+// cluster rank and the channel tile from the cluster's index). Row 0 of each CTA leaves its channels' (sum g, sum g * xhat) in its shared memory
 // (`smem`, free again once every thread has its column sums); after a cluster barrier, rank 0
 // adds the N ranks' pairs in sample order (the order, and so the bits, of the last CTA's pass it
 // replaces) and writes them; a second barrier keeps every rank's shared memory alive until rank 0
@@ -484,7 +478,7 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     // Chunk 0 leaves the instance's sums for the last CTA's pass (finish_weight_grads), or with
     // channel_major writes dweight/dbias itself: where N = 1 (the instance is its channel's only
     // one) here, else through the cluster of its channel tile's N CTAs after the output.
-    if (u.chunk == 0 && thread_row(u) == 0 && (p.dweight || p.dbias) && !weight_grads_in_cluster(p)) {
+    if (!NJ_CLUSTER && u.chunk == 0 && thread_row(u) == 0 && (p.dweight || p.dbias)) {
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j)
         if (writes_channel(p, u, j)) {
@@ -504,10 +498,10 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #else
     nhwc_stream(p, ring, u, true, [&](idx_t t0, const NhwcTile& t) { nhwc_write_dx(p, u, t0, t, cp, sums); });
 #endif
-#if NJ_CLUSTER_WEIGHT_GRADS
+#if NJ_CLUSTER
     // After the output, when the tile's registers are free (before it, the 16-bit kernels with an
     // activation spilled 44-72 bytes, ptxas sm_90).
-    if (weight_grads_in_cluster(p)) cluster_weight_grads(p, u, sums, smem);
+    cluster_weight_grads(p, u, sums, smem);
 #endif
     nj_phase_mark(kNhwcOutput);
   }

@@ -15,12 +15,13 @@
 // without a column (they load nothing and their column-sum entries are skipped). The host takes
 // it only where L / C divides spatial (every slot then has the same count).
 
-// Whether this kernel may sum the backward's weight gradients in thread-block clusters
-// (instance_norm_nhwc.cuh cluster_weight_grads; the host's condition: heuristics with_workspace).
-// Not with a residual, whose tile leaves no registers for it (ptxas sm_90, fp16 leaky_relu: 124-396
-// bytes of spills against 20-36).
-#define NJ_CLUSTER_WEIGHT_GRADS \
-  (NJ_BACKWARD && NJ_AFFINE && !NJ_RESIDUAL && NJ_CACHED && !NJ_FLAT && !NJ_INDEX64 && __CUDA_ARCH__ >= 900)
+// NJ_CLUSTER: the backward's CTAs form a thread-block cluster per channel tile, a CTA per sample,
+// and sum dweight/dbias there (instance_norm_nhwc.cuh cluster_weight_grads; the host's
+// conditions: heuristics nhwc_cluster_tier).
+#if NJ_CLUSTER && (!NJ_BACKWARD || !NJ_AFFINE || NJ_RESIDUAL || !NJ_CACHED || NJ_FLAT || NJ_INDEX64 || \
+                   __CUDA_ARCH__ < 900)
+#error "NJ_CLUSTER: the channels-last backward with weight gradients, no residual, held in registers, 32-bit, sm_90+"
+#endif
 
 #if NJ_FLAT
 // gcd(C, NJ_VEC): NJ_VEC is a power of two.
@@ -85,17 +86,14 @@ __device__ __forceinline__ TileUnit make_tile_unit(const NjParams& p, idx_t roun
   const idx_t safe = u.active ? unit : 0;
   const idx_t inst = quotient(safe, p.chunks, p.by_chunks);
   u.chunk = (int)(safe - inst * p.chunks);
-#if NJ_CLUSTER_WEIGHT_GRADS
-  if (p.channel_major && p.N > 1) {
-    // A cluster per channel tile, a CTA per sample (cluster_weight_grads; one unit per CTA).
-    u.n = cluster_rank();
-    u.tile = cluster_index();
-  } else
+#if NJ_CLUSTER
+  // A cluster per channel tile, a CTA per sample (cluster_weight_grads; one unit per CTA).
+  u.n = cluster_rank();
+  u.tile = cluster_index();
+#else
+  u.n = inst / channel_tiles(p);
+  u.tile = inst % channel_tiles(p);
 #endif
-  {
-    u.n = inst / channel_tiles(p);
-    u.tile = inst % channel_tiles(p);
-  }
   u.c0 = u.tile * tile_width(u) + (idx_t)thread_lane(u) * NJ_VEC;
   u.c_valid = u.active && (NJ_FLAT ? thread_row(u) < tile_rows(u) : u.c0 < p.C);
   u.s_begin = (idx_t)u.chunk * p.chunk_vectors;

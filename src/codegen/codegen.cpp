@@ -79,6 +79,7 @@ KernelSource generate(const FusionKey& f, const KernelConfig& c) {
   def("NJ_STAGES", c.stages);
   def("NJ_RESIDENT", c.resident);
   def("NJ_FLAT", c.flat);
+  def("NJ_CLUSTER", c.cluster);
   s << expand_template(file);
   k.source = s.str();
   return k;

@@ -99,30 +99,31 @@ std::vector<char> encode_choice(const Launch& l, const Timing& t) {
   const int n =
       std::snprintf(buf, sizeof buf,
                     "threads %d\ngroup %d\nitems %d\nvec %d\nmin_blocks %d\ncached %d\nindex64 %d\n"
-                    "stages %d\nresident %d\nflat %d\nchunks %d\nchunk_vectors %lld\ngrid %lld\ncooperative %d\n"
+                    "stages %d\nresident %d\nflat %d\ncluster %d\nchunks %d\nchunk_vectors %lld\ngrid %lld\ncooperative %d\n"
                     "tier %s\nchosen_us %.2f\ndefault_us %.2f\ncandidates %d\n",
                     c.threads, c.group, c.items, c.vec, c.min_blocks, int(c.cached), int(c.index64), int(c.stages),
-                    int(c.resident), int(c.flat), l.chunks, static_cast<long long>(l.chunk_vectors), static_cast<long long>(l.grid),
+                    int(c.resident), int(c.flat), int(c.cluster), l.chunks, static_cast<long long>(l.chunk_vectors), static_cast<long long>(l.grid),
                     int(l.cooperative), l.tier, t.chosen_us, t.default_us, t.candidates);
   return std::vector<char>(buf, buf + std::min<size_t>(size_t(std::max(n, 0)), sizeof buf - 1));
 }
 
 std::optional<Launch> decode_choice(const std::vector<char>& payload, const std::vector<Launch>& candidates) {
   const auto m = parse_lines(payload);
-  int64_t threads, group, items, vec, min_blocks, cached, index64, stages, resident, flat, chunks, chunk_vectors, grid,
-      cooperative;
+  int64_t threads, group, items, vec, min_blocks, cached, index64, stages, resident, flat, cluster, chunks,
+      chunk_vectors, grid, cooperative;
   constexpr int64_t kInt = 0x7fffffff;
   if (!parse_int(m, "threads", 1, 1024, &threads) || !parse_int(m, "group", 0, 1024, &group) ||
       !parse_int(m, "items", 1, 255, &items) || !parse_int(m, "vec", 1, 255, &vec) ||
       !parse_int(m, "min_blocks", 1, 255, &min_blocks) || !parse_int(m, "cached", 0, 1, &cached) ||
       !parse_int(m, "index64", 0, 1, &index64) || !parse_int(m, "stages", 0, 255, &stages) ||
       !parse_int(m, "resident", 0, 1, &resident) || !parse_int(m, "flat", 0, 1, &flat) ||
+      !parse_int(m, "cluster", 0, 1, &cluster) ||
       !parse_int(m, "chunks", 1, kInt, &chunks) || !parse_int(m, "chunk_vectors", 1, kInt, &chunk_vectors) ||
       !parse_int(m, "grid", 1, kInt, &grid) || !parse_int(m, "cooperative", 0, 1, &cooperative))
     return std::nullopt;
   Launch want;
   want.config = make_config(int(threads), int(group), int(items), int(vec), int(min_blocks), cached != 0, index64 != 0,
-                            int(stages), resident != 0, flat != 0);
+                            int(stages), resident != 0, flat != 0, cluster != 0);
   want.chunks = int(chunks);
   want.chunk_vectors = chunk_vectors;
   want.grid = grid;

@@ -65,7 +65,7 @@ FusionKey make_fusion(Direction d, DType dtype, DType wdtype, Layout layout, boo
 }
 
 KernelConfig make_config(int threads, int group, int items, int vec, int min_blocks, bool cached, bool index64,
-                         int stages, bool resident, bool flat) {
+                         int stages, bool resident, bool flat, bool cluster) {
   KernelConfig c = zeroed<KernelConfig>();
   c.threads = static_cast<uint16_t>(threads);
   c.group = static_cast<uint16_t>(group);
@@ -77,6 +77,7 @@ KernelConfig make_config(int threads, int group, int items, int vec, int min_blo
   c.stages = static_cast<uint8_t>(stages);
   c.resident = resident;
   c.flat = flat;
+  c.cluster = cluster;
   return c;
 }
 
@@ -98,6 +99,7 @@ std::string describe(const KernelConfig& c) {
     << " min_blocks=" << int(c.min_blocks) << " cached=" << int(c.cached) << " index=" << (c.index64 ? 64 : 32);
   if (c.stages) s << (c.resident ? " resident slots=" : " stages=") << int(c.stages);
   if (c.flat) s << " flat";
+  if (c.cluster) s << " cluster";
   return s.str();
 }
 
@@ -118,6 +120,7 @@ std::string kernel_name(const FusionKey& f, const KernelConfig& c) {
   s << "i" << int(c.items) << "v" << int(c.vec) << "b" << int(c.min_blocks)
     << (c.cached ? "c" : "s") << (c.index64 ? "64" : "32");
   if (c.stages) s << (c.resident ? "p" : "r") << int(c.stages);
+  if (c.cluster) s << "cl";
   return s.str();
 }
 
@@ -138,6 +141,7 @@ std::string config_diff(const KernelConfig& a, const KernelConfig& b) {
   field("stages", a.stages, b.stages);
   field("resident", a.resident, b.resident);
   field("flat", a.flat, b.flat);
+  field("cluster", a.cluster, b.cluster);
   return s.str();
 }
 

@@ -46,7 +46,9 @@ struct KernelConfig {
   bool resident;        // resident split: chunks held in shared memory, pipelined (resident_split.cuh)
   bool flat;            // channels-last with C not a multiple of vec: 16-byte vectors over super-rows of
                         // lcm(C, vec) elements, lanes a run-time value (group 0; nhwc_tile.cuh)
-  uint8_t pad[4];
+  bool cluster;         // channels-last backward: launched in thread-block clusters of a channel tile's
+                        // N CTAs, which sum dweight/dbias themselves (cluster_weight_grads)
+  uint8_t pad[3];
 };
 static_assert(sizeof(KernelConfig) == 16);
 
@@ -81,7 +83,7 @@ template <typename T> struct BytesEqual {
 FusionKey make_fusion(Direction d, DType dtype, DType wdtype, Layout layout, bool train, bool affine, bool residual,
                       bool running, bool save, Activation act);
 KernelConfig make_config(int threads, int group, int items, int vec, int min_blocks, bool cached, bool index64,
-                         int stages = 0, bool resident = false, bool flat = false);
+                         int stages = 0, bool resident = false, bool flat = false, bool cluster = false);
 
 // Human-readable forms, for logs, explain and error messages.
 std::string describe(const FusionKey& f);

@@ -190,7 +190,7 @@ int nhwc_min_row_bytes() {
 
 bool cluster_weight_grads_enabled() {
   // NORMJIT_CLUSTER_WEIGHT_GRADS=0 leaves the channels-last backward of N > 1 to the last CTA's
-  // weight-gradient pass (with_workspace), for measurements. Read once per process.
+  // weight-gradient pass (nhwc_cluster_tier), for measurements. Read once per process.
   static const bool on = [] {
     const char* v = std::getenv("NORMJIT_CLUSTER_WEIGHT_GRADS");
     return !(v && std::strcmp(v, "0") == 0);
@@ -655,8 +655,32 @@ Launch nhwc_deep_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile
   return best;
 }
 
+// The channels-last backward of 2-8 samples on sm_90 and later, one CTA per (sample, channel
+// tile) unit held in registers, 32-bit indexing, not flat, no residual: the kernel variant whose
+// CTAs form a thread-block cluster per channel tile and sum dweight/dbias there (KernelConfig
+// cluster; kernels/instance_norm_nhwc.cuh cluster_weight_grads), with no last CTA's pass. A
+// residual's tile left no registers for it (124-396 bytes of spills, ptxas sm_90, fp16
+// leaky_relu). Session 23 (exp/cluster-wgrad, the step compiled into every such kernel and
+// chosen at run time): 0.3-0.5 us less than the pass, but the kernels carrying it ran 0.2-0.5 us
+// slower without it, hence a config bit here, so that every other kernel keeps its code.
+constexpr int64_t kMaxClusterSamples = 8;  // the portable cluster size
+bool nhwc_cluster_applies(const FusionKey& f, const DeviceProfile& dev) {
+  return f.layout == Layout::ndhwc && f.direction == Direction::backward && f.affine && !f.residual &&
+         dev.arch >= 90 && cluster_weight_grads_enabled();
+}
+bool nhwc_cluster_fits(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Launch& l) {
+  const KernelConfig& c = l.config;
+  return nhwc_cluster_applies(f, dev) && s.N > 1 && s.N <= kMaxClusterSamples && l.chunks == 1 && c.cached &&
+         !c.flat && !c.index64 && c.stages == 0 && !l.cooperative && c.group > 0 &&
+         l.grid == s.N * ceil_div(s.C, int64_t(c.group) * c.vec);
+}
+Launch nhwc_cluster_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Launch l) {
+  if (nhwc_cluster_fits(f, s, dev, l)) l.config.cluster = true;
+  return l;
+}
+
 Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
-  if (const Launch l = nhwc_deep_tier(f, s, dev, policy); l.config.threads != 0) return l;
+  if (const Launch l = nhwc_deep_tier(f, s, dev, policy); l.config.threads != 0) return nhwc_cluster_tier(f, s, dev, l);
   const NhwcGeometry g = nhwc_geometry(f, s);
   const int rows = kNhwcSplitThreads / g.lanes;
   const int64_t insts = s.N * g.tiles;
@@ -684,26 +708,16 @@ Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
 //   took 3.4 us against 4.6 with the pass, (1,320,8^3) 4.1 against 5.7, (1,256,16^3) 10.8
 //   against 12.3. For N = 2, holding both samples of a channel tile in one CTA (exp/batch-tile)
 //   halved the CTAs and lost ((2,320,8^3) 7.0 us against 6.0).
-// - NDHWC with 2 <= N <= 8 on sm_90 and later, one CTA per unit held in registers, 32-bit
-//   indexing, not flat, no residual (NJ_CLUSTER_WEIGHT_GRADS in kernels/nhwc_tile.cuh): a thread-block
-//   cluster of the channel tile's N CTAs, whose rank 0 sums their pairs from distributed shared
-//   memory (kernels/instance_norm_nhwc.cuh cluster_weight_grads). Session 23: 0.3-0.5 us less
-//   than the pass on this tree, but this tree's kernels without it ran 0.2-0.5 us slower than
-//   main's (PERF_NOTES 000b); not landed.
-constexpr int64_t kMaxClusterSamples = 8;  // the portable cluster size
-Launch with_workspace(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Launch l) {
+// - NDHWC with 2 <= N <= 8: the cluster variant of the tiers (nhwc_cluster_tier), launched in
+//   clusters of the channel tile's N CTAs.
+Launch with_workspace(const FusionKey& f, const ShapeKey& s, Launch l) {
   const int64_t instances = s.N * s.C;
   const int64_t groups_per_cta = l.config.group > 0 ? l.config.threads / l.config.group : 0;
   const bool weight_grads = f.direction == Direction::backward && f.affine;
-  const bool cluster = f.layout == Layout::ndhwc && weight_grads && !f.residual && s.N > 1 && s.N <= kMaxClusterSamples &&
-                       dev.arch >= 90 && l.chunks == 1 && l.config.cached && !l.config.flat && !l.config.index64 &&
-                       !l.cooperative &&
-                       l.grid == s.N * ceil_div(s.C, int64_t(l.config.group) * l.config.vec) &&
-                       cluster_weight_grads_enabled();
   l.channel_major = weight_grads && (f.layout == Layout::ncdhw
                                          ? l.chunks == 1 && groups_per_cta > 0 && groups_per_cta % s.N == 0
-                                         : s.N == 1 || cluster);
-  l.cluster = cluster ? int(s.N) : 1;
+                                         : s.N == 1 || l.config.cluster);
+  l.cluster = l.config.cluster ? int(s.N) : 1;
   const bool grid_reduce = (f.direction == Direction::forward && f.running) ||
                            (weight_grads && !l.channel_major);
   if (l.cooperative || grid_reduce) {
@@ -719,7 +733,7 @@ Launch with_workspace(const FusionKey& f, const ShapeKey& s, const DeviceProfile
 
 Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
   const Launch l = f.layout == Layout::ncdhw ? choose_ncdhw(f, s, dev, policy) : choose_nhwc(f, s, dev, policy);
-  return with_workspace(f, s, dev, l);
+  return with_workspace(f, s, l);
 }
 
 // The kernels' preconditions (heuristics.h).
@@ -744,6 +758,7 @@ bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const De
     if (l.config.cached || l.config.stages < 1 || cv > l.config.stages * tile_rows) return false;
   }
   if (l.chunks > 1 && f.train && !l.cooperative) return false;
+  if (l.config.cluster && !nhwc_cluster_fits(f, s, dev, l)) return false;
   return true;
 }
 
@@ -762,7 +777,7 @@ struct CandidateList {
   // list is full.
   void add(const Launch& built) {
     if (built.config.threads == 0 || out.size() >= kMaxCandidates) return;
-    const Launch l = with_workspace(f, s, dev, built);
+    const Launch l = with_workspace(f, s, built);
     if (!launchable(f, s, l, dev)) return;
     for (const Launch& c : out)
       if (same_launch(c, l)) return;
@@ -909,6 +924,12 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
                   out.push_back(make_config(threads, lanes, items, vec, nhwc_min_blocks(threads, dev), true, idx64));
             }
           }
+          // The backward's tiers that sum the weight gradients in clusters (nhwc_cluster_tier).
+          for (int threads : kNhwcThreads)
+            for (int items = 1; items <= 8 && !idx64 && nhwc_cluster_applies(f, dev); items *= 2)
+              if (policy == Policy::exact || items == kBoundedItems)
+                out.push_back(make_config(threads, lanes, items, vec, nhwc_min_blocks(threads, dev), true, false, 0,
+                                          false, false, true));
           const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
           if (f.train) out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, true, idx64));
           const int items = nhwc_streamed_items(f);

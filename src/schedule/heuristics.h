@@ -76,7 +76,7 @@ struct Launch {
   // Every CTA holds all N samples of its channels and writes the backward's dweight/dbias itself,
   // without a grid-wide finishing pass: NCDHW by walking instances channel by channel (n
   // fastest); NDHWC where N = 1, or with N > 1 through a cluster of a channel tile's N CTAs
-  // (units tile-major, n fastest; with_workspace).
+  // (KernelConfig cluster; with_workspace).
   bool channel_major = false;
   // CTAs per thread-block cluster (1: no cluster launch).
   int cluster = 1;

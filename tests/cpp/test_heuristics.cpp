@@ -269,6 +269,7 @@ TEST(Heuristics, ChannelsLastBackwardOfSeveralSamplesSumsWeightGradsInClusters) 
       const Launch l = launch_for(backward_keys(bwd_args(s, DType::f16, Layout::ndhwc)), device);
       SCOPED_TRACE(std::string(device) + " N=" + std::to_string(s[0]) + " C=" + std::to_string(s[1]) + ": " + l.tier);
       EXPECT_TRUE(l.channel_major);
+      EXPECT_TRUE(l.config.cluster);
       EXPECT_EQ(l.cluster, s[0]);
       EXPECT_EQ(l.chunks, 1);
       EXPECT_EQ(l.grid % l.cluster, 0);
@@ -764,8 +765,10 @@ TEST(Heuristics, BoundedSetSizes) {
       {Direction::forward, Layout::ndhwc, DType::f16, true, 122},
       {Direction::forward, Layout::ndhwc, DType::f32, true, 98},
       {Direction::forward, Layout::ndhwc, DType::f16, false, 114},
-      {Direction::backward, Layout::ndhwc, DType::f16, true, 114},
-      {Direction::backward, Layout::ndhwc, DType::f32, true, 90},
+      // The backward with weight gradients (sm_90): + the tiers' cluster variants, 32-bit indexing
+      // (18 lane/vector classes for fp16, 14 for fp32, x 2 tiers).
+      {Direction::backward, Layout::ndhwc, DType::f16, true, 150},
+      {Direction::backward, Layout::ndhwc, DType::f32, true, 118},
   };
   std::printf("[ bound    ] configs per fusion (bounded / exact):\n");
   for (const Row& row : rows) {
@@ -776,10 +779,18 @@ TEST(Heuristics, BoundedSetSizes) {
     std::printf("[ bound    ]   %-48s %4zu / %4zu\n", describe(f).c_str(), bounded, exact);
     EXPECT_EQ(bounded, row.bounded) << describe(f);
     EXPECT_GE(exact, bounded) << describe(f);
-    // The bound does not depend on the epilogue (activation, residual, affine dtype, bf16 vs f16).
+    // The bound does not depend on the epilogue (activation, residual, affine dtype, bf16 vs f16),
+    // except that a residual's channels-last backward has no cluster variants (they spilled:
+    // heuristics nhwc_cluster_tier).
     const FusionKey g = make_fusion(row.d, row.dtype == DType::f16 ? DType::bf16 : row.dtype, row.dtype, row.layout,
                                     row.train, true, true, false, false, Activation::silu);
-    EXPECT_EQ(enumerate_configs(g, Policy::bounded).size(), bounded) << describe(g);
+    const auto f_configs = enumerate_configs(f, Policy::bounded);
+    const size_t clustered = size_t(std::count_if(f_configs.begin(), f_configs.end(),
+                                                  [](const KernelConfig& c) { return c.cluster; }));
+    EXPECT_EQ(clustered, row.layout == Layout::ndhwc && row.d == Direction::backward ? (row.dtype == DType::f16 ? 36u : 28u)
+                                                                                     : 0u)
+        << describe(f);
+    EXPECT_EQ(enumerate_configs(g, Policy::bounded).size(), bounded - clustered) << describe(g);
     // No duplicates.
     const auto all = enumerate_configs(f, Policy::bounded);
     for (size_t i = 0; i < all.size(); ++i)
