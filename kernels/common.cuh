@@ -471,6 +471,13 @@ __device__ __forceinline__ float load_cluster_shared(const float* local, unsigne
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
   return v;
 }
+#else
+// No clusters before sm_90. The host launches no cluster kernel there (heuristics
+// nhwc_cluster_applies); these stubs only let the bounded set's kernels compile for every arch.
+__device__ __forceinline__ void cluster_barrier() { __trap(); }
+__device__ __forceinline__ unsigned cluster_rank() { __trap(); return 0; }
+__device__ __forceinline__ unsigned cluster_index() { __trap(); return 0; }
+__device__ __forceinline__ float load_cluster_shared(const float*, unsigned) { __trap(); return 0.f; }
 #endif
 
 // ---------------------------------------------------------------- grid-wide finishing steps

@@ -18,9 +18,8 @@
 // NJ_CLUSTER: the backward's CTAs form a thread-block cluster per channel tile, a CTA per sample,
 // and sum dweight/dbias there (instance_norm_nhwc.cuh cluster_weight_grads; the host's
 // conditions: heuristics nhwc_cluster_tier).
-#if NJ_CLUSTER && (!NJ_BACKWARD || !NJ_AFFINE || NJ_RESIDUAL || !NJ_CACHED || NJ_FLAT || NJ_INDEX64 || \
-                   __CUDA_ARCH__ < 900)
-#error "NJ_CLUSTER: the channels-last backward with weight gradients, no residual, held in registers, 32-bit, sm_90+"
+#if NJ_CLUSTER && (!NJ_BACKWARD || !NJ_AFFINE || NJ_RESIDUAL || !NJ_CACHED || NJ_FLAT || NJ_INDEX64)
+#error "NJ_CLUSTER: the channels-last backward with weight gradients, no residual, held in registers, 32-bit"
 #endif
 
 #if NJ_FLAT
