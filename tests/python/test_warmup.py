@@ -69,7 +69,7 @@ def expected_fusions(dtype="f32", layout="ncdhw", weight="f32"):
 
 
 def fusions(names):
-    return {re.sub(r"_t\d+g(\d+|f)i\d+v\d+b\d+[cs](32|64)([rp]\d+)?$", "", n) for n in names}
+    return {re.sub(r"_t\d+g(\d+|f)i\d+v\d+b\d+[cs](32|64)([rp]\d+)?(cl)?$", "", n) for n in names}
 
 
 def _binding():
