@@ -634,27 +634,6 @@ bool nhwc_row_wide_enough(const FusionKey& f, const NhwcGeometry& g, int lanes) 
   return lanes >= 1 && lanes * g.vec * dtype_size(f.dtype) >= nhwc_min_row_bytes();
 }
 
-// Deep stages (few positions, many channels) have few (sample, channel tile) units at the natural
-// tile width of 8 vectors (64 fp16 channels): (2,320,8^3) ran as 10 CTAs streaming a unit twice,
-// ~10 us on the H100 and H200 against ~6.5 for its NCDHW kernel; (2,320,4^3) as 10 CTAs of 256.
-// Narrower tiles give more units, each one held whole in a CTA's registers with no exchange
-// between CTAs: halve the lanes while the grid has fewer CTAs than the GPU has SMs and a row
-// keeps a whole 32-byte sector (nhwc_min_row_bytes). threads == 0 when no tier holds a unit.
-Launch nhwc_deep_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
-  const NhwcGeometry g = nhwc_geometry(f, s);
-  Launch best = nhwc_fitting_tier(f, s, dev, policy, g.lanes);
-  // The backward narrows only where no CTA holds a unit at the natural width: measured on the
-  // H100, (2,320,4^3)'s backward took 9.6 us in 40 CTAs of 64 against 8.0 in 10 of 256 (its
-  // forward 6.0 against 6.9), while (2,320,8^3), which streamed, gained both ways.
-  if (g.flat || (best.config.threads != 0 && f.direction == Direction::backward)) return best;
-  for (int lanes = g.lanes / 2; nhwc_row_wide_enough(f, g, lanes); lanes /= 2) {
-    if (best.config.threads != 0 && best.grid >= dev.sms) break;
-    if (const Launch narrower = nhwc_fitting_tier(f, s, dev, policy, lanes); narrower.config.threads != 0)
-      best = narrower;
-  }
-  return best;
-}
-
 // The channels-last backward of 2-8 samples on sm_90 and later, one CTA per (sample, channel
 // tile) unit held in registers, 32-bit indexing, not flat, no residual: the kernel variant whose
 // CTAs form a thread-block cluster per channel tile and sum dweight/dbias there (KernelConfig
@@ -677,6 +656,39 @@ bool nhwc_cluster_fits(const FusionKey& f, const ShapeKey& s, const DeviceProfil
 Launch nhwc_cluster_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Launch l) {
   if (nhwc_cluster_fits(f, s, dev, l)) l.config.cluster = true;
   return l;
+}
+// Whether the backward with weights of a tier's launch `l` ends without the last CTA's pass over
+// every channel's weight gradients: one sample (each CTA writes its channels': with_workspace
+// channel_major) or a cluster per channel tile. (A backward without weights has no pass either;
+// it keeps the natural width since its narrow tiles were never measured.)
+bool nhwc_backward_without_pass(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Launch& l) {
+  return f.affine && (s.N == 1 || nhwc_cluster_fits(f, s, dev, l));
+}
+
+// Deep stages (few positions, many channels) have few (sample, channel tile) units at the natural
+// tile width of 8 vectors (64 fp16 channels): (2,320,8^3) ran as 10 CTAs streaming a unit twice,
+// ~10 us on the H100 and H200 against ~6.5 for its NCDHW kernel; (2,320,4^3) as 10 CTAs of 256.
+// Narrower tiles give more units, each one held whole in a CTA's registers with no exchange
+// between CTAs: halve the lanes while the grid has fewer CTAs than the GPU has SMs and a row
+// keeps a whole 32-byte sector (nhwc_min_row_bytes). threads == 0 when no tier holds a unit.
+Launch nhwc_deep_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  Launch best = nhwc_fitting_tier(f, s, dev, policy, g.lanes);
+  // A backward that ends in the last CTA's weight-gradient pass narrows only where no CTA holds a
+  // unit at the natural width: measured on the H100 (session 18), (2,320,4^3)'s backward took
+  // 9.6 us in 40 CTAs of 64 against 8.0 in 10 of 256 (its forward 6.0 against 6.9), since that
+  // pass then ran in one CTA of 64. Without the pass (nhwc_backward_without_pass) it narrows as
+  // the forward does.
+  const bool backward = f.direction == Direction::backward;
+  if (g.flat || (best.config.threads != 0 && backward && !nhwc_backward_without_pass(f, s, dev, best))) return best;
+  for (int lanes = g.lanes / 2; nhwc_row_wide_enough(f, g, lanes); lanes /= 2) {
+    if (best.config.threads != 0 && best.grid >= dev.sms) break;
+    if (const Launch narrower = nhwc_fitting_tier(f, s, dev, policy, lanes);
+        narrower.config.threads != 0 && !(best.config.threads != 0 && backward &&
+                                          !nhwc_backward_without_pass(f, s, dev, narrower)))
+      best = narrower;
+  }
+  return best;
 }
 
 Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {

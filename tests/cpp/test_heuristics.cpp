@@ -564,8 +564,9 @@ TEST(Heuristics, ChannelsLastDeepStagesNarrowTheChannelTiles) {
   // Few positions and many channels: at 8 vectors a tile (64 fp16 channels) (2,320,8^3) had 10
   // units; tiles of fewer lanes give more units, each held whole by one CTA (no exchange), until
   // the grid has a CTA per SM or a row would be narrower than a 32-byte sector. The backward
-  // narrows only where no CTA holds a unit at the natural width (`natural_grid` > 0: it keeps
-  // that CTA of 256 and 8 lanes).
+  // narrows as the forward where it ends without the last CTA's weight-gradient pass (one sample,
+  // or 2-8 in clusters on sm_90); with more samples, only where no CTA holds a unit at the
+  // natural width (`natural_grid` > 0: it keeps that CTA of 256 and 8 lanes).
   struct Row {
     Shape shape;
     DType dtype;
@@ -573,8 +574,8 @@ TEST(Heuristics, ChannelsLastDeepStagesNarrowTheChannelTiles) {
     int64_t grid, natural_grid = 0;
   };
   for (const Row& r : {Row{{2, 320, 8, 8, 8}, DType::f16, 256, 2, 40},   // 512 positions: 128 rows x 4
-                       Row{{2, 320, 4, 4, 4}, DType::f16, 64, 2, 40, 10},  // 64 positions: a CTA of 64
-                       Row{{1, 320, 4, 4, 4}, DType::bf16, 64, 2, 20, 5},
+                       Row{{2, 320, 4, 4, 4}, DType::f16, 64, 2, 40},  // 64 positions: a CTA of 64
+                       Row{{1, 320, 4, 4, 4}, DType::bf16, 64, 2, 20},
                        Row{{2, 320, 8, 8, 8}, DType::f32, 256, 2, 80},   // 2 x 4 floats a row
                        Row{{2, 321, 4, 4, 4}, DType::f16, 256, 16, 42},  // 2-byte vectors: 16 lanes a row
                        Row{{16, 320, 4, 4, 4}, DType::f16, 64, 4, 160, 80},  // a CTA per SM at 4 lanes
@@ -600,6 +601,14 @@ TEST(Heuristics, ChannelsLastDeepStagesNarrowTheChannelTiles) {
             4);
   // Enough units at the natural width: no narrowing.
   EXPECT_EQ(launch_for(forward_keys(fwd_args({256, 64, 4, 4, 4}, DType::f16, Layout::ndhwc)), "H100").config.group, 8);
+  // Where the backward keeps the pass (the A100 has no clusters) it keeps the natural width, and
+  // so does the backward without weights (not measured narrower).
+  const BackwardArgs deep = bwd_args({2, 320, 4, 4, 4}, DType::f16, Layout::ndhwc);
+  EXPECT_EQ(launch_for(backward_keys(deep), "A100").config.group, 8);
+  BackwardArgs plain = deep;
+  plain.weight = plain.bias = TensorArg{};
+  plain.dweight = plain.dbias = nullptr;
+  EXPECT_EQ(launch_for(backward_keys(plain), "H100").config.group, 8);
 }
 
 // ----------------------------------------------------------------- the bound on kernel configs
