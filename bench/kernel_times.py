@@ -46,6 +46,8 @@ def parse_args(argv=None):
     ap.add_argument("--activation", default=None, help="none, relu, leaky_relu, gelu, ... (normjit's names)")
     ap.add_argument("--residual", action="store_true", help="add a residual before the activation")
     ap.add_argument("--tag", default="", help="a label printed on every line (the setting under test)")
+    ap.add_argument("--no-affine", action="store_true",
+                    help="no weight and bias (affine=False, MONAI's default): no dweight/dbias either")
     ap.add_argument("--no-check", action="store_true", help="skip the float64 check")
     ap.add_argument("--no-weight-grads", action="store_true",
                     help="time the backward without dweight/dbias (what their cross-CTA sum costs: "
@@ -110,14 +112,15 @@ def parse_line(line):
     words = line.split()
     if len(words) < 6 or not words[4].startswith("act=") or not words[5].startswith("residual="):
         return None
+    ncfg = 7 if len(words) > 6 and words[6].startswith("affine=") else 6  # "affine=0": --no-affine
     times = {}
-    for i in range(6, len(words) - 2):  # "fwd 163.0 us", "bwd 296.8 us"
+    for i in range(ncfg, len(words) - 2):  # "fwd 163.0 us", "bwd 296.8 us"
         if words[i] in MODES and words[i + 2] == "us":
             try:
                 times[words[i]] = float(words[i + 1])
             except ValueError:
                 return None
-    return (words[0], " ".join(words[1:6]), times) if times else None
+    return (words[0], " ".join(words[1:ncfg]), times) if times else None
 
 
 def ab_table(lines):
@@ -167,8 +170,8 @@ def check(torch, F, x, w, b, r, dy, act, slope, outputs):
 
     y, dx, dw, dres = outputs
     xd = x.double().requires_grad_(True)
-    wd = w.double().requires_grad_(True)
-    bd = b.double().requires_grad_(True)
+    wd = w.double().requires_grad_(True) if w is not None else None
+    bd = b.double().requires_grad_(True) if b is not None else None
     rd = r.double().requires_grad_(True) if r is not None else None
     z = F.instance_norm(xd, weight=wd, bias=bd)
     if rd is not None:
@@ -180,7 +183,7 @@ def check(torch, F, x, w, b, r, dy, act, slope, outputs):
     g_err = relative_error(dx, xd.grad, kinks)
     if rd is not None:
         g_err = max(g_err, relative_error(dres, rd.grad, kinks))
-    w_err = relative_error(dw, wd.grad)
+    w_err = relative_error(dw, wd.grad) if wd is not None else 0.0
     return y_err, g_err, w_err, int(kinks.sum().item()) if kinks is not None else 0
 
 
@@ -217,21 +220,23 @@ def main(argv=None) -> int:
                 x = torch.randn(shape, device="cuda", dtype=getattr(torch, bl.TORCH_DTYPE_NAMES[name]), generator=g) * 2 + 3
                 if layout == "ndhwc":
                     x = x.to(memory_format=torch.channels_last_3d)
-                w = torch.rand(shape[1], device="cuda") + 0.5
-                b = torch.randn(shape[1], device="cuda")
+                affine = not args.no_affine
+                w = torch.rand(shape[1], device="cuda") + 0.5 if affine else None
+                b = torch.randn(shape[1], device="cuda") if affine else None
                 r = torch.randn_like(x) if args.residual else None
                 dy = torch.randn_like(x)
-                mask = [True, True, r is not None]
+                mask = [True, affine, r is not None]
                 y, mean, rstd = fwd(x, w, b, r, None, None, True, 0.1, 1e-5, act, slope)
                 dx, dw, _, dres = bwd(dy, x, w, b, r, mean, rstd, act, slope, mask)
                 line = (f"{args.tag:16s} {layout} {','.join(map(str, shape)):18s} {name} "
-                        f"act={args.activation or 'none'} residual={int(args.residual)}")
+                        f"act={args.activation or 'none'} residual={int(args.residual)}"
+                        + ("" if affine else " affine=0"))
                 if "fwd" in args.modes:
                     t, k = time_call(args.timer, lambda: fwd(x, w, b, r, None, None, True, 0.1, 1e-5, act, slope))
                     line += timing("fwd", t, kernel_bytes(shape, name, "fwd", r is not None, args.activation),
                                    copy_tbps, k)
                 if "bwd" in args.modes:
-                    timed_mask = [True, not args.no_weight_grads, mask[2]]
+                    timed_mask = [True, affine and not args.no_weight_grads, mask[2]]
                     t, k = time_call(args.timer, lambda: bwd(dy, x, w, b, r, mean, rstd, act, slope, timed_mask))
                     line += timing("bwd", t, kernel_bytes(shape, name, "bwd", r is not None, args.activation),
                                    copy_tbps, k)

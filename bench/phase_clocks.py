@@ -18,7 +18,7 @@ nj_phase lines (`normjit explain` says which split a shape takes).
 
 Channels-last kernels (`--layouts ndhwc`) print one nj_nhwc_phase line per sampled CTA: its
 cycles in each phase of its round (the statistics pass's loads and sums, the CTA sums, the
-exchange's arrival, merge and second arrival, the output pass) and %globaltimer at its start and
+exchange's arrival, merge and second arrival, the output pass, the deep backward's cluster step) and %globaltimer at its start and
 end. `--summarize` turns a saved log into, per kernel, the sampled CTAs' mean of each phase in µs
 (each CTA's cycles at its own clock: cycles over its globaltimer span) and how far apart the
 CTAs started and ended. Not yet run on a GPU (session 21).
@@ -51,7 +51,8 @@ def parse_args(argv=None):
     return args
 
 
-NHWC_PHASES = ("load", "reduce", "arrive", "merge", "merged_arrive", "output")
+NHWC_PHASES = ("load", "reduce", "arrive", "merge", "merged_arrive", "output", "cluster")
+OPTIONAL_PHASES = ("cluster",)  # not in the logs before session 24: 0 there
 
 
 def parse_nhwc_line(line):
@@ -62,7 +63,8 @@ def parse_nhwc_line(line):
         return None
     try:
         at = {w: i for i, w in enumerate(words)}
-        cycles = {name: int(words[at[name] + 1]) for name in NHWC_PHASES}
+        cycles = {name: int(words[at[name] + 1]) if name in at or name not in OPTIONAL_PHASES else 0
+                  for name in NHWC_PHASES}
         return dict(kernel=words[1], chunks=int(words[at["chunks"] + 1]), grid=int(words[at["grid"] + 1]),
                     cta=int(words[at["cta"] + 1]), cycles=cycles, start_ns=int(words[at["globaltimer"] + 1]),
                     end_ns=int(words[at["to"] + 1]))

@@ -551,6 +551,9 @@ def test_kernel_times_bandwidth():
     line = "new              ncdhw 2,32,128,128,128   fp16 act=none residual=0" + field
     assert kernel_times.parse_line(line) == ("new", "ncdhw 2,32,128,128,128 fp16 act=none residual=0", {"bwd": 291.0})
     assert kernel_times.parse_line("new              device-to-device copy: 4.22 TB/s") is None
+    plain = "new              ndhwc 2,320,4,4,4        fp16 act=none residual=0 affine=0" + field  # --no-affine
+    assert kernel_times.parse_line(plain) == ("new", "ndhwc 2,320,4,4,4 fp16 act=none residual=0 affine=0",
+                                              {"bwd": 291.0})
 
 
 def test_kernel_times_cupti_timer():
@@ -773,6 +776,12 @@ def test_phase_clocks_summarizes_channels_last_lines():
     # Both CTAs spent 0.4 µs loading (400 cycles at 1 GHz, 800 at 2 GHz).
     assert "2 CTAs sampled" in text and "load 0.40" in text and "arrive 0.20" in text, text
     assert "starts spread 0.50 µs" in text and "first start to last end 1.50 µs" in text, text
+    # Since session 24 the line ends with the deep backward's cluster step (0 in older logs).
+    assert r["cycles"]["cluster"] == 0
+    deep = ("nj_nhwc_phase backward chunks 1 grid 40 cta 33 rounds 1: cycles 1000 = load 500 + reduce 100 + "
+            "arrive 0 + merge 0 + merged_arrive 0 + output 300 + cluster 100; globaltimer 0 to 1000 ns")
+    assert phase_clocks.parse_nhwc_line(deep)["cycles"]["cluster"] == 100
+    assert "cluster 0.10" in phase_clocks.summarize([deep])[0]
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "log")
         with open(log, "w") as f:

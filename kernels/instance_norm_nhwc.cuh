@@ -498,12 +498,13 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #else
     nhwc_stream(p, ring, u, true, [&](idx_t t0, const NhwcTile& t) { nhwc_write_dx(p, u, t0, t, cp, sums); });
 #endif
+    nj_phase_mark(kNhwcOutput);
 #if NJ_CLUSTER
     // After the output, when the tile's registers are free (before it, the 16-bit kernels with an
     // activation spilled 44-72 bytes, ptxas sm_90).
     cluster_weight_grads(p, u, sums, smem);
+    nj_phase_mark(kNhwcCluster);
 #endif
-    nj_phase_mark(kNhwcOutput);
   }
   nj_nhwc_phase_report("backward", rounds, p.chunks);
 #if NJ_AFFINE

@@ -39,6 +39,7 @@ enum NjNhwcPhase {
   kNhwcMerge,           // merge the chunks' pairs (the scattered merge: one column a CTA)
   kNhwcMergedArrive,    // the scattered merge's second arrival, the totals read, the depart
   kNhwcOutput,          // the output pass: normalize (or dx) and stores
+  kNhwcCluster,         // the cluster's weight gradients (cluster_weight_grads: the deep backward)
   kNhwcPhases
 };
 
@@ -102,10 +103,11 @@ __device__ __forceinline__ void nj_nhwc_phase_report(const char* kernel, long lo
   long long total = 0;
   for (int k = 0; k < kNhwcPhases; ++k) total += nj_phase_sum[k];
   printf("nj_nhwc_phase %s chunks %d grid %d cta %d rounds %lld: cycles %lld = load %lld + reduce %lld + "
-         "arrive %lld + merge %lld + merged_arrive %lld + output %lld; globaltimer %llu to %llu ns\n",
+         "arrive %lld + merge %lld + merged_arrive %lld + output %lld + cluster %lld; globaltimer %llu to %llu ns\n",
          kernel, chunks, (int)gridDim.x, (int)blockIdx.x, rounds, total, nj_phase_sum[kNhwcLoad],
          nj_phase_sum[kNhwcReduce], nj_phase_sum[kNhwcArrive], nj_phase_sum[kNhwcMerge],
-         nj_phase_sum[kNhwcMergedArrive], nj_phase_sum[kNhwcOutput], nj_phase_started_ns, nj_globaltimer_ns());
+         nj_phase_sum[kNhwcMergedArrive], nj_phase_sum[kNhwcOutput], nj_phase_sum[kNhwcCluster],
+         nj_phase_started_ns, nj_globaltimer_ns());
 }
 #else
 __device__ __forceinline__ void nj_phase_start(bool = false) {}

@@ -657,12 +657,11 @@ Launch nhwc_cluster_tier(const FusionKey& f, const ShapeKey& s, const DeviceProf
   if (nhwc_cluster_fits(f, s, dev, l)) l.config.cluster = true;
   return l;
 }
-// Whether the backward with weights of a tier's launch `l` ends without the last CTA's pass over
-// every channel's weight gradients: one sample (each CTA writes its channels': with_workspace
-// channel_major) or a cluster per channel tile. (A backward without weights has no pass either;
-// it keeps the natural width since its narrow tiles were never measured.)
+// Whether the backward of a tier's launch `l` ends without the last CTA's pass over every
+// channel's weight gradients: no weights, one sample (each CTA writes its channels': with_workspace
+// channel_major) or a cluster per channel tile.
 bool nhwc_backward_without_pass(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Launch& l) {
-  return f.affine && (s.N == 1 || nhwc_cluster_fits(f, s, dev, l));
+  return !f.affine || s.N == 1 || nhwc_cluster_fits(f, s, dev, l);
 }
 
 // Deep stages (few positions, many channels) have few (sample, channel tile) units at the natural

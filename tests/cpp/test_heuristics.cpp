@@ -601,14 +601,16 @@ TEST(Heuristics, ChannelsLastDeepStagesNarrowTheChannelTiles) {
             4);
   // Enough units at the natural width: no narrowing.
   EXPECT_EQ(launch_for(forward_keys(fwd_args({256, 64, 4, 4, 4}, DType::f16, Layout::ndhwc)), "H100").config.group, 8);
-  // Where the backward keeps the pass (the A100 has no clusters) it keeps the natural width, and
-  // so does the backward without weights (not measured narrower).
+  // Where the backward keeps the pass (the A100 has no clusters) it keeps the natural width; the
+  // backward without weights has none, there too.
   const BackwardArgs deep = bwd_args({2, 320, 4, 4, 4}, DType::f16, Layout::ndhwc);
   EXPECT_EQ(launch_for(backward_keys(deep), "A100").config.group, 8);
   BackwardArgs plain = deep;
   plain.weight = plain.bias = TensorArg{};
   plain.dweight = plain.dbias = nullptr;
-  EXPECT_EQ(launch_for(backward_keys(plain), "H100").config.group, 8);
+  EXPECT_EQ(launch_for(backward_keys(plain), "A100").config.group, 2);
+  EXPECT_EQ(launch_for(backward_keys(plain), "H100").config.group, 2);
+  EXPECT_EQ(launch_for(backward_keys(plain), "H100").cluster, 1);
 }
 
 // ----------------------------------------------------------------- the bound on kernel configs
