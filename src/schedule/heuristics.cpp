@@ -678,7 +678,8 @@ Launch nhwc_deep_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile
   // 9.6 us in 40 CTAs of 64 against 8.0 in 10 of 256 (its forward 6.0 against 6.9), since that
   // pass then ran in one CTA of 64. Without the pass (nhwc_backward_without_pass) it narrows as
   // the forward does: measured on the H100 (session 24, CUPTI), (2,320,4^3) fp16 4.8 -> 4.7 us
-  // (bf16 4.4 -> 4.1), (2,320,5^3) 5.2 -> 5.0, (1,320,4^3) 3.3 -> 3.2; none slower.
+  // (bf16 4.4 -> 4.1), (2,320,5^3) 5.2 -> 5.0, (1,320,4^3) 3.3 -> 3.2; none slower. Without
+  // weights (no pass at all), (2,320,4^3) 3.0 -> 2.8, (4,320,4^3) 3.1 -> 2.9.
   const bool backward = f.direction == Direction::backward;
   if (g.flat || (best.config.threads != 0 && backward && !nhwc_backward_without_pass(f, s, dev, best))) return best;
   for (int lanes = g.lanes / 2; nhwc_row_wide_enough(f, g, lanes); lanes /= 2) {
