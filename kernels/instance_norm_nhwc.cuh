@@ -398,8 +398,9 @@ __device__ __forceinline__ void nhwc_write_dx(const NjParams& p, const TileUnit&
 #if NJ_CLUSTER
 // dweight/dbias of a channel tile whose N samples' CTAs form one thread-block cluster (sm_90;
 // heuristics nhwc_cluster_tier: one CTA per unit; make_tile_unit takes the sample from the
-// cluster rank and the channel tile from the cluster's index). Row 0 of each CTA leaves its channels' (sum g, sum g * xhat) in its shared memory
-// (`smem`, free again once every thread has its column sums); after a cluster barrier, rank 0
+// cluster rank and the channel tile from the cluster's index). Row 0 of each CTA leaves its
+// channels' (sum g, sum g * xhat) in its shared memory (`smem`, free again once every thread
+// has its column sums); after a cluster barrier, rank 0
 // adds the N ranks' pairs in sample order (the order, and so the bits, of the last CTA's pass it
 // replaces) and writes them; a second barrier keeps every rank's shared memory alive until rank 0
 // has read it. Every thread of every rank must call it.

@@ -680,13 +680,13 @@ Launch nhwc_deep_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile
   // the forward does: measured on the H100 (session 24, CUPTI), (2,320,4^3) fp16 4.8 -> 4.7 us
   // (bf16 4.4 -> 4.1), (2,320,5^3) 5.2 -> 5.0, (1,320,4^3) 3.3 -> 3.2; none slower. Without
   // weights (no pass at all), (2,320,4^3) 3.0 -> 2.8, (4,320,4^3) 3.1 -> 2.9.
-  const bool backward = f.direction == Direction::backward;
-  if (g.flat || (best.config.threads != 0 && backward && !nhwc_backward_without_pass(f, s, dev, best))) return best;
+  // (Whether a pass follows is the same at every width: each tier holds one unit a CTA.)
+  if (g.flat || (best.config.threads != 0 && f.direction == Direction::backward &&
+                 !nhwc_backward_without_pass(f, s, dev, best)))
+    return best;
   for (int lanes = g.lanes / 2; nhwc_row_wide_enough(f, g, lanes); lanes /= 2) {
     if (best.config.threads != 0 && best.grid >= dev.sms) break;
-    if (const Launch narrower = nhwc_fitting_tier(f, s, dev, policy, lanes);
-        narrower.config.threads != 0 && !(best.config.threads != 0 && backward &&
-                                          !nhwc_backward_without_pass(f, s, dev, narrower)))
+    if (const Launch narrower = nhwc_fitting_tier(f, s, dev, policy, lanes); narrower.config.threads != 0)
       best = narrower;
   }
   return best;
