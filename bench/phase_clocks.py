@@ -21,7 +21,9 @@ cycles in each phase of its round (the statistics pass's loads and sums, the CTA
 exchange's arrival, merge and second arrival, the output pass, the deep backward's cluster step) and %globaltimer at its start and
 end. `--summarize` turns a saved log into, per kernel, the sampled CTAs' mean of each phase in µs
 (each CTA's cycles at its own clock: cycles over its globaltimer span) and how far apart the
-CTAs started and ended. Not yet run on a GPU (session 21).
+CTAs started and ended. With `--every 1` every CTA prints, and the summary adds, per arrival of the
+split's exchange, how long a CTA waited and how much of that was the peers' skew (until the
+instance's last CTA was ready to arrive) and how much the round trip after it.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as bl  # noqa: E402
 
 PROBE_OPTION = "-DNJ_PHASE_CLOCKS=1"
+EVERY_OPTION = "-DNJ_PHASE_CLOCKS_EVERY="  # + N: every N-th CTA prints (phase_clock.cuh; 33 unless given)
 
 
 def parse_args(argv=None):
@@ -41,6 +44,9 @@ def parse_args(argv=None):
     ap.add_argument("--shapes", nargs="+", default=["2,32,128,128,128", "2,64,64,128,128"], help="N,C,D,H,W")
     ap.add_argument("--layouts", default="ncdhw", help="comma list of ncdhw,ndhwc")
     ap.add_argument("--no-times", action="store_true", help="skip the default build's kernel times")
+    ap.add_argument("--every", type=int, default=0, metavar="N",
+                    help="every N-th CTA prints (default: the kernel's 33); 1 stamps every CTA of an instance, "
+                         "so that --summarize splits the channels-last arrivals into skew and round trip")
     ap.add_argument("--summarize", metavar="LOG", help="no GPU run: the channels-last phases of a saved log, in µs")
     args = ap.parse_args(argv)
     try:
@@ -48,10 +54,13 @@ def parse_args(argv=None):
     except ValueError:
         ap.error(f"--shapes: expected N,C,D,H,W integers, got {args.shapes}")
     args.layouts = bl.parse_choices(args.layouts, ("ncdhw", "ndhwc"), "--layouts")
+    if args.every < 0:
+        ap.error(f"--every: expected a positive number of CTAs, got {args.every}")
     return args
 
 
 NHWC_PHASES = ("load", "reduce", "arrive", "merge", "merged_arrive", "output", "cluster")
+ARRIVAL_FIELDS = ("instance", "ready", "released", "ready2", "released2")  # %globaltimer ns; 0: none
 OPTIONAL_PHASES = ("cluster",)  # not in the logs before session 24: 0 there
 
 
@@ -65,9 +74,12 @@ def parse_nhwc_line(line):
         at = {w: i for i, w in enumerate(words)}
         cycles = {name: int(words[at[name] + 1]) if name in at or name not in OPTIONAL_PHASES else 0
                   for name in NHWC_PHASES}
-        return dict(kernel=words[1], chunks=int(words[at["chunks"] + 1]), grid=int(words[at["grid"] + 1]),
-                    cta=int(words[at["cta"] + 1]), cycles=cycles, start_ns=int(words[at["globaltimer"] + 1]),
-                    end_ns=int(words[at["to"] + 1]))
+        row = dict(kernel=words[1], chunks=int(words[at["chunks"] + 1]), grid=int(words[at["grid"] + 1]),
+                   cta=int(words[at["cta"] + 1]), cycles=cycles, start_ns=int(words[at["globaltimer"] + 1]),
+                   end_ns=int(words[at["to"] + 1]))
+        if "arrivals" in at:  # not in the logs before session 25
+            row["arrivals"] = {name: int(words[at[name] + 1]) for name in ARRIVAL_FIELDS}
+        return row
     except (KeyError, ValueError, IndexError):
         return None
 
@@ -76,10 +88,14 @@ def summarize(lines):
     """Per (kernel, chunks, grid): the sampled CTAs' mean µs per phase and the spread of their
     starts and ends, as text lines."""
     groups = {}
+    segment = 0  # the lines between two other lines (phase_clocks' headers): one launch of a kernel
     for line in lines:
         r = parse_nhwc_line(line)
-        if r is not None:
-            groups.setdefault((r["kernel"], r["chunks"], r["grid"]), []).append(r)
+        if r is None:
+            segment += 1
+            continue
+        r["segment"] = segment
+        groups.setdefault((r["kernel"], r["chunks"], r["grid"]), []).append(r)
     out = []
     for (kernel, chunks, grid), rows in groups.items():
         phases_us = {name: [] for name in NHWC_PHASES}
@@ -98,20 +114,51 @@ def summarize(lines):
                    f"starts spread {(max(starts) - min(starts)) / 1000.0:.2f} µs, ends spread "
                    f"{(max(ends) - min(ends)) / 1000.0:.2f} µs, first start to last end "
                    f"{(max(ends) - min(starts)) / 1000.0:.2f} µs")
+        out.extend(summarize_arrivals(kernel, chunks, grid, rows))
     return out
 
 
-def probe_env(environ) -> dict:
-    """`environ` with the measurement build's option added to NORMJIT_NVRTC_OPTIONS."""
+def summarize_arrivals(kernel, chunks, grid, rows):
+    """The split's waits, where every CTA of an instance printed its arrivals (--every 1): per
+    arrival, the mean wait of a CTA (ready to released), the part of it spent on the peers' skew
+    (until the instance's last CTA was ready) and the round trip after that, in µs."""
+    by_instance = {}  # (launch, instance): the warm-up and the measured call are not mixed
+    for r in rows:
+        a = r.get("arrivals")
+        if a and a["instance"] >= 0 and a["ready"] > 0:
+            by_instance.setdefault((r.get("segment", 0), a["instance"]), []).append(a)
+    out = []
+    for first, (ready, released) in enumerate((("ready", "released"), ("ready2", "released2"))):
+        wait, skew, trip = [], [], []
+        for stamps in by_instance.values():
+            if len(stamps) < chunks or any(s[ready] == 0 or s[released] == 0 for s in stamps):
+                continue  # not every peer stamped: the last ready time is unknown
+            last_ready = max(s[ready] for s in stamps)
+            for s in stamps:
+                wait.append(s[released] - s[ready])
+                skew.append(last_ready - s[ready])
+                trip.append(s[released] - last_ready)
+        if wait:
+            mean = lambda v: sum(v) / len(v) / 1000.0  # noqa: E731
+            out.append(f"  arrival {first + 1}: {len(wait)} CTAs of whole instances; mean wait {mean(wait):.2f} µs = "
+                       f"skew {mean(skew):.2f} + round trip {mean(trip):.2f} (round trip min "
+                       f"{min(trip) / 1000.0:.2f}, max {max(trip) / 1000.0:.2f})")
+    return out
+
+
+def probe_env(environ, every=0) -> dict:
+    """`environ` with the measurement build's options added to NORMJIT_NVRTC_OPTIONS."""
     env = dict(environ)
-    env["NORMJIT_NVRTC_OPTIONS"] = (env.get("NORMJIT_NVRTC_OPTIONS", "") + " " + PROBE_OPTION).strip()
+    added = PROBE_OPTION + (f" {EVERY_OPTION}{every}" if every else "")
+    env["NORMJIT_NVRTC_OPTIONS"] = (env.get("NORMJIT_NVRTC_OPTIONS", "") + " " + added).strip()
     return env
 
 
 def default_env(environ) -> dict:
-    """`environ` with the measurement build's option taken out again (the other options kept)."""
+    """`environ` with the measurement build's options taken out again (the other options kept)."""
     env = dict(environ)
-    options = [o for o in env.get("NORMJIT_NVRTC_OPTIONS", "").split() if o != PROBE_OPTION]
+    options = [o for o in env.get("NORMJIT_NVRTC_OPTIONS", "").split()
+               if o != PROBE_OPTION and not o.startswith(EVERY_OPTION)]
     if options:
         env["NORMJIT_NVRTC_OPTIONS"] = " ".join(options)
     else:
@@ -119,8 +166,8 @@ def default_env(environ) -> dict:
     return env
 
 
-def probe(shapes, layouts=("ncdhw",)) -> int:
-    os.environ.update(probe_env(os.environ))
+def probe(shapes, layouts=("ncdhw",), every=0) -> int:
+    os.environ.update(probe_env(os.environ, every))
     ready = bl.require_gpu_normjit("phase_clocks")
     if ready is None:
         return 2
@@ -151,7 +198,7 @@ def main(argv=None) -> int:
             lines = summarize(f)
         print("\n".join(lines) if lines else f"{args.summarize}: no nj_nhwc_phase lines")
         return 0 if lines else 1
-    rc = probe(args.shapes, args.layouts)
+    rc = probe(args.shapes, args.layouts, args.every)
     if rc or args.no_times:
         return rc
     return subprocess.call(times_command(args.shapes, args.layouts), env=default_env(os.environ))

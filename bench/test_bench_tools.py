@@ -723,6 +723,11 @@ def test_phase_clocks_args_and_envs():
     assert probe == {"NORMJIT_NVRTC_OPTIONS": "-lineinfo -DNJ_PHASE_CLOCKS=1", "HOME": "/h"}
     assert phase_clocks.default_env(probe) == {"NORMJIT_NVRTC_OPTIONS": "-lineinfo", "HOME": "/h"}
     assert phase_clocks.default_env(phase_clocks.probe_env({})) == {}
+    every = phase_clocks.probe_env({}, every=1)
+    assert every == {"NORMJIT_NVRTC_OPTIONS": "-DNJ_PHASE_CLOCKS=1 -DNJ_PHASE_CLOCKS_EVERY=1"}
+    assert phase_clocks.default_env(every) == {}
+    assert phase_clocks.parse_args(["--every", "1"]).every == 1 and phase_clocks.parse_args([]).every == 0
+    assert _raises(lambda: phase_clocks.parse_args(["--every", "-1"]), SystemExit)
     cmd = phase_clocks.times_command([(2, 32, 128, 128, 128)])
     assert cmd[1].endswith("kernel_times.py") and cmd[-2:] == ["--shapes", "2,32,128,128,128"]
     child = kernel_times.parse_args(cmd[2:])
@@ -782,6 +787,8 @@ def test_phase_clocks_summarizes_channels_last_lines():
             "arrive 0 + merge 0 + merged_arrive 0 + output 300 + cluster 100; globaltimer 0 to 1000 ns")
     assert phase_clocks.parse_nhwc_line(deep)["cycles"]["cluster"] == 100
     assert "cluster 0.10" in phase_clocks.summarize([deep])[0]
+    # Since session 25 the line ends with the split's arrivals (no summary line without them).
+    assert "arrivals" not in r and len(phase_clocks.summarize(lines)) == 1
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "log")
         with open(log, "w") as f:
@@ -790,6 +797,29 @@ def test_phase_clocks_summarizes_channels_last_lines():
         with open(log, "w") as f:
             f.write("nothing\n")
         assert phase_clocks.main(["--summarize", log]) == 1
+
+
+def test_phase_clocks_splits_the_arrivals_into_skew_and_round_trip():
+    def line(cta, instance, ready, released, ready2=0, released2=0):
+        return (f"nj_nhwc_phase forward chunks 2 grid 4 cta {cta} rounds 1: cycles 1000 = load 1000 + reduce 0 + "
+                f"arrive 0 + merge 0 + merged_arrive 0 + output 0 + cluster 0; globaltimer 0 to 1000 ns; "
+                f"arrivals instance {instance} ready {ready} released {released} ready2 {ready2} "
+                f"released2 {released2}")
+    # Instance 0: CTAs ready at 1000 and 3000 ns, both released at 4000: the last was ready at 3000,
+    # so the waits (3000 and 1000 ns) are skew 2000 and 0 plus a round trip of 1000 each.
+    # Instance 1 has one CTA of its two: its last ready time is unknown, so it is left out.
+    rows = [line(0, 0, 1000, 4000, 5000, 6000), line(1, 0, 3000, 4000, 5000, 7000), line(2, 1, 1000, 2000)]
+    assert phase_clocks.parse_nhwc_line(rows[0])["arrivals"] == dict(
+        instance=0, ready=1000, released=4000, ready2=5000, released2=6000)
+    text = phase_clocks.summarize(rows)
+    assert text[1] == ("  arrival 1: 2 CTAs of whole instances; mean wait 2.00 µs = skew 1.00 + round trip 1.00 "
+                       "(round trip min 1.00, max 1.00)"), text
+    assert text[2].startswith("  arrival 2: 2 CTAs of whole instances; mean wait 1.50 µs = skew 0.00 + "
+                              "round trip 1.50"), text
+    assert len(text) == 3
+    # The same instance in another launch (after a header line) is its own instance.
+    again = rows[:2] + ["phase_clocks: measured calls", line(0, 0, 90000, 91000), line(1, 0, 90000, 91000)]
+    assert "mean wait 1.50 µs = skew 0.50 + round trip 1.00" in phase_clocks.summarize(again)[1]
 
 
 if __name__ == "__main__":

@@ -62,7 +62,11 @@ __device__ __forceinline__ void tile_exchange_arrive(const NjParams& p, const Ti
     __threadfence();
   }
   __syncthreads();
-  if (threadIdx.x == 0) exchange_arrive_and_wait(p.counters, inst, p.chunks);
+  if (threadIdx.x == 0) {
+    nj_arrival_stamp(kArrivalReady, inst);
+    exchange_arrive_and_wait(p.counters, inst, p.chunks);
+    nj_arrival_stamp(kArrivalReleased, inst);
+  }
   __syncthreads();
 }
 
@@ -128,7 +132,11 @@ __device__ __forceinline__ void merge_column(const NjParams& p, const TileUnit& 
 // After merge_column: this CTA arrives a second time and waits until every peer has published
 // its column; then the totals may be read (read_pairs on merged_pairs).
 __device__ __forceinline__ void merged_arrive_and_wait(const NjParams& p, idx_t inst) {
-  if (threadIdx.x == 0) exchange_arrive_and_wait(p.counters, inst, 2 * p.chunks);
+  if (threadIdx.x == 0) {
+    nj_arrival_stamp(kArrival2Ready, inst);
+    exchange_arrive_and_wait(p.counters, inst, 2 * p.chunks);
+    nj_arrival_stamp(kArrival2Released, inst);
+  }
   __syncthreads();
 }
 

@@ -43,6 +43,13 @@ enum NjNhwcPhase {
   kNhwcPhases
 };
 
+// The channels-last split's arrivals (nhwc_exchange.cuh), stamped in %globaltimer by thread 0:
+// when it is ready to arrive (its CTA's partials written) and when its wait ends, for the first
+// and the second (scattered merge) arrival of its first round. With every CTA of an instance
+// stamped (NJ_PHASE_CLOCKS_EVERY=1), the wait splits into the peers' skew (until the instance's
+// last CTA was ready) and the round trip after it (fence, atomic, the poll seeing the count, fence).
+enum NjArrivalStamp { kArrivalReady, kArrivalReleased, kArrival2Ready, kArrival2Released, kArrivalStamps };
+
 #if NJ_PHASE_CLOCKS
 #ifndef NJ_PHASE_CLOCKS_EVERY
 #define NJ_PHASE_CLOCKS_EVERY 33
@@ -52,6 +59,8 @@ __shared__ long long nj_phase_last;
 __shared__ long long nj_phase_sum[kMaxPhases];
 __shared__ int nj_phase_counting;
 __shared__ unsigned long long nj_phase_started_ns;
+__shared__ unsigned long long nj_arrival_ns[kArrivalStamps];
+__shared__ long long nj_arrival_instance;
 
 __device__ __forceinline__ unsigned long long nj_globaltimer_ns() {
   unsigned long long t;
@@ -68,8 +77,16 @@ __device__ __forceinline__ void nj_phase_start(bool counting = false) {
   if (!nj_phase_thread()) return;
   for (int k = 0; k < kMaxPhases; ++k) nj_phase_sum[k] = 0;
   nj_phase_counting = counting;
+  for (int k = 0; k < kArrivalStamps; ++k) nj_arrival_ns[k] = 0;
+  nj_arrival_instance = -1;
   nj_phase_started_ns = nj_globaltimer_ns();
   nj_phase_last = clock64();
+}
+// Thread 0 only (it does the arrivals); the first round's stamps are kept.
+__device__ __forceinline__ void nj_arrival_stamp(int k, idx_t instance) {
+  if (!nj_phase_thread() || nj_arrival_ns[k] != 0) return;
+  nj_arrival_ns[k] = nj_globaltimer_ns();
+  if (k == kArrivalReady) nj_arrival_instance = (long long)instance;
 }
 __device__ __forceinline__ void nj_phase_mark(int k) {
   if (!nj_phase_thread()) return;
@@ -103,16 +120,19 @@ __device__ __forceinline__ void nj_nhwc_phase_report(const char* kernel, long lo
   long long total = 0;
   for (int k = 0; k < kNhwcPhases; ++k) total += nj_phase_sum[k];
   printf("nj_nhwc_phase %s chunks %d grid %d cta %d rounds %lld: cycles %lld = load %lld + reduce %lld + "
-         "arrive %lld + merge %lld + merged_arrive %lld + output %lld + cluster %lld; globaltimer %llu to %llu ns\n",
+         "arrive %lld + merge %lld + merged_arrive %lld + output %lld + cluster %lld; globaltimer %llu to %llu ns; "
+         "arrivals instance %lld ready %llu released %llu ready2 %llu released2 %llu\n",
          kernel, chunks, (int)gridDim.x, (int)blockIdx.x, rounds, total, nj_phase_sum[kNhwcLoad],
          nj_phase_sum[kNhwcReduce], nj_phase_sum[kNhwcArrive], nj_phase_sum[kNhwcMerge],
          nj_phase_sum[kNhwcMergedArrive], nj_phase_sum[kNhwcOutput], nj_phase_sum[kNhwcCluster],
-         nj_phase_started_ns, nj_globaltimer_ns());
+         nj_phase_started_ns, nj_globaltimer_ns(), nj_arrival_instance, nj_arrival_ns[kArrivalReady],
+         nj_arrival_ns[kArrivalReleased], nj_arrival_ns[kArrival2Ready], nj_arrival_ns[kArrival2Released]);
 }
 #else
 __device__ __forceinline__ void nj_phase_start(bool = false) {}
 __device__ __forceinline__ void nj_phase_step(long long, long long) {}
 __device__ __forceinline__ void nj_phase_mark(int) {}
+__device__ __forceinline__ void nj_arrival_stamp(int, idx_t) {}
 __device__ __forceinline__ void nj_phase_report(const char*, long long, int) {}
 __device__ __forceinline__ void nj_nhwc_phase_report(const char*, long long, int) {}
 #endif
