@@ -446,11 +446,17 @@ __device__ __forceinline__ void exchange_sum_partials(const NjParams& p, const U
 
 // ---------------------------------------------------------------- thread-block clusters (sm_90)
 #if __CUDA_ARCH__ >= 900
-// Every thread of every CTA of the cluster arrives, then waits for all of them: shared-memory
-// writes before it are visible to the cluster's CTAs after it.
-__device__ __forceinline__ void cluster_barrier() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+// The cluster barrier in two halves (every thread of the CTA calls each, alternately): arrive,
+// and wait until every thread of every CTA of the cluster has arrived (or exited).
+// cluster_started(), at a kernel's start, lets a later cluster_wait() tell that every CTA of the
+// cluster runs, before writing to another CTA's shared memory.
+__device__ __forceinline__ void cluster_started() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+// Release: this thread's writes before it (remote shared-memory stores too) are visible to the
+// threads that pass the matching cluster_wait().
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 // This CTA's rank in its cluster, and its cluster's index in the grid (1-D clusters).
 __device__ __forceinline__ unsigned cluster_rank() {
   unsigned r;
@@ -462,22 +468,31 @@ __device__ __forceinline__ unsigned cluster_index() {
   asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
   return r;
 }
-// The float at `local`'s offset in the shared memory of the cluster's CTA `rank`.
-__device__ __forceinline__ float load_cluster_shared(const float* local, unsigned rank) {
-  const unsigned addr = (unsigned)__cvta_generic_to_shared(local);
+// Stores v at `local`'s offset in the shared memory of the cluster's CTA `rank` (16-byte aligned
+// for a float4, 8 for a float2).
+__device__ __forceinline__ unsigned cluster_shared_address(const float* local, unsigned rank) {
   unsigned remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-  float v;
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-  return v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)__cvta_generic_to_shared(local)), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ void store_cluster_shared(float* local, unsigned rank, float4 v) {
+  asm volatile("st.shared::cluster.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(cluster_shared_address(local, rank)), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w) : "memory");
+}
+__device__ __forceinline__ void store_cluster_shared(float* local, unsigned rank, float2 v) {
+  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(cluster_shared_address(local, rank)), "f"(v.x), "f"(v.y)
+               : "memory");
 }
 #else
 // No clusters before sm_90. The host launches no cluster kernel there (heuristics
 // nhwc_cluster_applies); these stubs only let the bounded set's kernels compile for every arch.
-__device__ __forceinline__ void cluster_barrier() { __trap(); }
+__device__ __forceinline__ void cluster_started() { __trap(); }
+__device__ __forceinline__ void cluster_arrive_release() { __trap(); }
+__device__ __forceinline__ void cluster_wait() { __trap(); }
 __device__ __forceinline__ unsigned cluster_rank() { __trap(); return 0; }
 __device__ __forceinline__ unsigned cluster_index() { __trap(); return 0; }
-__device__ __forceinline__ float load_cluster_shared(const float*, unsigned) { __trap(); return 0.f; }
+__device__ __forceinline__ void store_cluster_shared(float*, unsigned, float4) { __trap(); }
+__device__ __forceinline__ void store_cluster_shared(float*, unsigned, float2) { __trap(); }
 #endif
 
 // ---------------------------------------------------------------- grid-wide finishing steps

@@ -398,31 +398,44 @@ __device__ __forceinline__ void nhwc_write_dx(const NjParams& p, const TileUnit&
 #if NJ_CLUSTER
 // dweight/dbias of a channel tile whose N samples' CTAs form one thread-block cluster (sm_90;
 // heuristics nhwc_cluster_tier: one CTA per unit; make_tile_unit takes the sample from the
-// cluster rank and the channel tile from the cluster's index). Row 0 of each CTA leaves its
-// channels' (sum g, sum g * xhat) in its shared memory (`smem`, free again once every thread
-// has its column sums); after a cluster barrier, rank 0
-// adds the N ranks' pairs in sample order (the order, and so the bits, of the last CTA's pass it
-// replaces) and writes them; a second barrier keeps every rank's shared memory alive until rank 0
-// has read it. Every thread of every rank must call it.
-__device__ __forceinline__ void cluster_weight_grads(const NjParams& p, const TileUnit& u, const float (&sums)[2][NJ_VEC],
-                                                     float* smem) {
+// cluster rank and the channel tile from the cluster's index). Row 0 of each rank pushes its
+// channels' (sum g, sum g * xhat) into rank 0's inbox with remote shared-memory stores and
+// arrives; rank 0 alone waits, then adds the N ranks' pairs in sample order (the order, and so
+// the bits, of the last CTA's pass this replaces) from its own shared memory and writes them.
+// The other ranks exit without waiting (an exited CTA counts as arrived). Session 24's first
+// version had rank 0 read each rank's floats one by one (ld.shared::cluster) between two
+// barriers that every rank waited at: 1.6-1.9 us a CTA by the phase clocks.
+// Every thread of every rank calls it once, after cluster_started() at the kernel's start.
+constexpr int kMaxClusterRanks = 8;  // the portable cluster size (heuristics kMaxClusterSamples)
+__device__ __forceinline__ void cluster_weight_grads(const NjParams& p, const TileUnit& u,
+                                                     const float (&sums)[2][NJ_VEC]) {
+  __shared__ __align__(16) float inbox[kMaxClusterRanks][NJ_GROUP * NJ_VEC * 2];  // rank 0's
   const bool row0 = thread_row(u) == 0;
-  float* mine = smem + 2 * thread_lane(u) * NJ_VEC;
-  __syncthreads();  // every thread has read its column sums from smem
+  const int at = 2 * thread_lane(u) * NJ_VEC;  // this lane's pairs in a rank's row of the inbox
+  cluster_wait();  // every rank has started (cluster_started), so rank 0's inbox exists
   if (row0) {
+#if NJ_VEC % 2 == 0
 #pragma unroll
-    for (int j = 0; j < NJ_VEC; ++j) mine[2 * j] = sums[0][j], mine[2 * j + 1] = sums[1][j];
+    for (int q = 0; q < NJ_VEC / 2; ++q)
+      store_cluster_shared(&inbox[u.n][at + 4 * q], 0,
+                           make_float4(sums[0][2 * q], sums[1][2 * q], sums[0][2 * q + 1], sums[1][2 * q + 1]));
+#else
+#pragma unroll
+    for (int j = 0; j < NJ_VEC; ++j) store_cluster_shared(&inbox[u.n][at + 2 * j], 0, make_float2(sums[0][j], sums[1][j]));
+#endif
   }
-  cluster_barrier();
-  if (row0 && u.n == 0 && u.c_valid) {
+  cluster_arrive_release();
+  if (u.n != 0) return;  // no more work for this rank: a cluster kernel has one unit a CTA
+  cluster_wait();        // every rank's stores are visible
+  if (row0 && u.c_valid) {
     float sg[NJ_VEC], sgx[NJ_VEC];
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) sg[j] = 0.f, sgx[j] = 0.f;
-    for (unsigned rank = 0; rank < (unsigned)p.N; ++rank) {
+    for (int rank = 0; rank < (int)p.N; ++rank) {
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) {
-        sg[j] += load_cluster_shared(mine + 2 * j, rank);
-        sgx[j] += load_cluster_shared(mine + 2 * j + 1, rank);
+        sg[j] += inbox[rank][at + 2 * j];
+        sgx[j] += inbox[rank][at + 2 * j + 1];
       }
     }
 #pragma unroll
@@ -432,7 +445,6 @@ __device__ __forceinline__ void cluster_weight_grads(const NjParams& p, const Ti
         if (p.dbias) p.dbias[slot_channel(p, u, j)] = sg[j];
       }
   }
-  cluster_barrier();
 }
 #endif
 
@@ -440,6 +452,9 @@ extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
 normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
   __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
   __shared__ bool last_flag;
+#if NJ_CLUSTER
+  cluster_started();  // cluster_weight_grads waits for it before writing to rank 0
+#endif
   const idx_t rounds = tile_rounds(p);
   nj_phase_start(true);
 #if !NJ_CACHED
@@ -503,7 +518,7 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #if NJ_CLUSTER
     // After the output, when the tile's registers are free (before it, the 16-bit kernels with an
     // activation spilled 44-72 bytes, ptxas sm_90).
-    cluster_weight_grads(p, u, sums, smem);
+    cluster_weight_grads(p, u, sums);
     nj_phase_mark(kNhwcCluster);
 #endif
   }
