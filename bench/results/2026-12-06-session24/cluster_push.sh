@@ -3,7 +3,8 @@
 # the cluster's weight gradients pushed into rank 0's shared memory with remote stores (one
 # barrier that only rank 0 waits at) instead of rank 0 reading each rank's floats one by one
 # between two barriers that every rank waits at (1.6-1.9 us a CTA by session 24's phase clocks).
-# Written in session 24, which had no device time left to run it. Part 1 (~80 s): A/B by CUPTI
+# Written in session 24, which had no device time left to run it; run in session 25 (its A/B is
+# bench/results/2026-12-06-session25/wgrad_three_way_ab.md, the "push" column). Part 1 (~80 s): A/B by CUPTI
 # of the channels-last deep backward, N = 2-8 (the cluster kernels; nothing else changed:
 # same_code 712 of 748 identical, the 36 cluster kernels different). Part 2 (~40 s): the phase
 # clocks of two cluster kernels (the `cluster` column). Part 3 (~350 s): the whole GPU suite
