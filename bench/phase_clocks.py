@@ -114,12 +114,12 @@ def summarize(lines):
                    f"starts spread {(max(starts) - min(starts)) / 1000.0:.2f} µs, ends spread "
                    f"{(max(ends) - min(ends)) / 1000.0:.2f} µs, first start to last end "
                    f"{(max(ends) - min(starts)) / 1000.0:.2f} µs")
-        out.extend(summarize_arrivals(kernel, chunks, grid, rows))
+        out.extend(summarize_arrivals(chunks, rows))
     return out
 
 
-def summarize_arrivals(kernel, chunks, grid, rows):
-    """The split's waits, where every CTA of an instance printed its arrivals (--every 1): per
+def summarize_arrivals(chunks, rows):
+    """The split's waits, where all `chunks` CTAs of an instance printed their arrivals (--every 1): per
     arrival, the mean wait of a CTA (ready to released), the part of it spent on the peers' skew
     (until the instance's last CTA was ready) and the round trip after that, in µs."""
     by_instance = {}  # (launch, instance): the warm-up and the measured call are not mixed
@@ -128,7 +128,7 @@ def summarize_arrivals(kernel, chunks, grid, rows):
         if a and a["instance"] >= 0 and a["ready"] > 0:
             by_instance.setdefault((r.get("segment", 0), a["instance"]), []).append(a)
     out = []
-    for first, (ready, released) in enumerate((("ready", "released"), ("ready2", "released2"))):
+    for number, (ready, released) in enumerate((("ready", "released"), ("ready2", "released2")), start=1):
         wait, skew, trip = [], [], []
         for stamps in by_instance.values():
             if len(stamps) < chunks or any(s[ready] == 0 or s[released] == 0 for s in stamps):
@@ -140,7 +140,7 @@ def summarize_arrivals(kernel, chunks, grid, rows):
                 trip.append(s[released] - last_ready)
         if wait:
             mean = lambda v: sum(v) / len(v) / 1000.0  # noqa: E731
-            out.append(f"  arrival {first + 1}: {len(wait)} CTAs of whole instances; mean wait {mean(wait):.2f} µs = "
+            out.append(f"  arrival {number}: {len(wait)} CTAs of whole instances; mean wait {mean(wait):.2f} µs = "
                        f"skew {mean(skew):.2f} + round trip {mean(trip):.2f} (round trip min "
                        f"{min(trip) / 1000.0:.2f}, max {max(trip) / 1000.0:.2f})")
     return out

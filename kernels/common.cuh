@@ -468,8 +468,8 @@ __device__ __forceinline__ unsigned cluster_index() {
   asm("mov.u32 %0, %%clusterid.x;" : "=r"(r));
   return r;
 }
-// Stores v at `local`'s offset in the shared memory of the cluster's CTA `rank` (16-byte aligned
-// for a float4, 8 for a float2).
+// The address of `local`'s offset in the shared memory of the cluster's CTA `rank`;
+// store_cluster_shared stores v there (16-byte aligned for a float4, 8 for a float2).
 __device__ __forceinline__ unsigned cluster_shared_address(const float* local, unsigned rank) {
   unsigned remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned)__cvta_generic_to_shared(local)), "r"(rank));

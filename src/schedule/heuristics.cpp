@@ -203,18 +203,6 @@ int nhwc_backward_items_override() {
   return items;
 }
 
-int tier_items_override() {
-  // NORMJIT_TIER_ITEMS=1|2|4|8: the NCDHW register tiers' vectors a thread instead of the bounded
-  // policy's kBoundedItems, for measurements (docs/PERF_NOTES.md 000a: a deep instance fills 1 or
-  // 2 of the 4 items, and the empty ones still cost instructions). A tier whose group cannot then
-  // hold the instance is skipped, as under the exact policy. Read once per process.
-  static const int items = [] {
-    const int v = env_int_in("NORMJIT_TIER_ITEMS", 1, 8, 0);
-    return (v & (v - 1)) == 0 ? v : 0;
-  }();
-  return items;
-}
-
 bool output_pass_reversed() {
   // The output pass re-reads what the statistics pass read; starting with the tiles read last
   // turns the L2-resident tail of a unit larger than L2 into hits (NDHWC). The NCDHW kernels keep
@@ -269,6 +257,18 @@ namespace {
 // ------------------------------------------------------------------ launch builders
 // Shared by choose_launch (the default) and candidate_launches (autotune), so that every candidate
 // is built by the same code as a default launch of that kind.
+
+int tier_items_override() {
+  // NORMJIT_TIER_ITEMS=1|2|4|8: the NCDHW register tiers' vectors a thread instead of the bounded
+  // policy's kBoundedItems, for measurements (docs/PERF_NOTES.md 000a: a deep instance fills 1 or
+  // 2 of the 4 items, and the empty ones still cost instructions). A tier whose group cannot then
+  // hold the instance is skipped, as under the exact policy. Read once per process.
+  static const int items = [] {
+    const int v = env_int_in("NORMJIT_TIER_ITEMS", 1, 8, 0);
+    return (v & (v - 1)) == 0 ? v : 0;
+  }();
+  return items;
+}
 
 int tier_items(const Tier& t, Policy policy, int64_t nvec) {
   if (const int forced = tier_items_override()) return forced;

@@ -62,9 +62,6 @@ int ring_stage_cap();
 // measurements (NORMJIT_NHWC_BWD_ITEMS, 1-8), 0 where unset (nhwc_streamed_items chooses per
 // fusion). Read once per process.
 int nhwc_backward_items_override();
-// Vectors a thread of an NCDHW register tier holds, forced for measurements (NORMJIT_TIER_ITEMS,
-// 1, 2, 4 or 8), 0 where unset (the policy chooses). Read once per process.
-int tier_items_override();
 
 struct Launch {
   KernelConfig config = zeroed<KernelConfig>();
