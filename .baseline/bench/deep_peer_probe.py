@@ -1,0 +1,56 @@
+"""Runs normjit's and torch.compile's forward of the deep NCDHW stages once each, for Nsight Compute.
+
+PERF_NOTES 000a: by CUPTI, normjit's forward of (2,320,8^3) fp16 takes 2.96 us and
+torch.compile's Triton kernel 2.21. Session 23 ruled out the grid (CTAs of 64 time the same as
+CTAs of 256); this puts the two kernels side by side in one profile, so that their stalls,
+instruction counts and launch shapes can be compared:
+
+    ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+        --section LaunchStats --section Occupancy --section WarpStateStats \
+        --section SchedulerStats --section InstructionStats python3 bench/deep_peer_probe.py
+    TORCH_LOGS=output_code python3 bench/deep_peer_probe.py 2> inductor_code.log   # the Triton source
+
+Both run on the same tensors in training mode with affine parameters (x requires grad, so both
+also produce the statistics a backward needs). Only the measured launches sit between
+cudaProfilerStart and cudaProfilerStop: torch.compile's own autotuning launches are left out.
+"""
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+import normjit
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", nargs="+", default=["2,320,8,8,8", "2,320,4,4,4"])
+    ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "fp32"))
+    args = ap.parse_args()
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
+
+    for shape in args.shapes:
+        size = tuple(int(v) for v in shape.split(","))
+        x = torch.randn(size, device="cuda", dtype=dtype, requires_grad=True)
+        w = torch.randn(size[1], device="cuda", requires_grad=True)
+        b = torch.randn(size[1], device="cuda", requires_grad=True)
+
+        torch._dynamo.reset()  # a fresh graph per shape, as bench_instance_norm.py does
+        compiled = torch.compile(lambda t: F.instance_norm(t, weight=w, bias=b))
+        for _ in range(3):  # compile, autotune, warm
+            y_ref = compiled(x)
+            y = normjit.functional.instance_norm(x, weight=w, bias=b)
+        torch.cuda.synchronize()
+        err = (y.float() - y_ref.float()).abs().max().item()
+
+        torch.cuda.profiler.start()
+        compiled(x)
+        normjit.functional.instance_norm(x, weight=w, bias=b)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        print(f"{shape} {args.dtype}: profiled one torch.compile and one normjit forward "
+              f"(max |normjit - torch.compile| = {err:.3g})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1012 @@
+#include "schedule/heuristics.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace normjit {
+namespace {
+
+// Registers per thread each direction's kernels are capped at (through NJ_MIN_BLOCKS). Measured
+// with ptxas -v: the forward needs ~62 with 4 cached 16-byte vectors, the backward ~100 (x, dy and
+// possibly the residual in registers).
+int register_budget(Direction d) { return d == Direction::forward ? 64 : 128; }
+
+// One size tier: a CTA of `threads`, groups of `group` threads per instance, `items` vectors per
+// thread under the bounded policy.
+struct Tier {
+  int threads, group, items;
+  const char* name;
+};
+// Smallest first. Groups <= 32 put several instances in one CTA (warp shuffles only); larger
+// groups are the whole CTA (shared-memory reductions). The last tier holds 8 vectors per thread
+// rather than using CTAs of 1024: measured on the H200, one 1024-thread CTA per SM reached 60% of
+// copy bandwidth on (2,128,32^3) fp16 because loads, reductions and stores could not overlap.
+constexpr Tier kTiers[] = {
+    {256, 8, 4, "tiny (8 threads/instance)"},   {256, 32, 4, "small (warp/instance)"},
+    {128, 128, 4, "medium (CTA of 128)"},       {256, 256, 4, "medium (CTA of 256)"},
+    {512, 512, 4, "large (CTA of 512)"},        {512, 512, 8, "large (CTA of 512, 8 vectors/thread)"},
+};
+constexpr int kSplitThreads = 512;
+constexpr int kBoundedItems = 4;
+
+bool tier_allowed(const Tier& t, Direction d) {
+  (void)t, (void)d;
+  return true;
+}
+
+int min_blocks_for(int threads, Direction d, const DeviceProfile& dev) {
+  const int by_regs = dev.regs_per_sm / (threads * register_budget(d));
+  const int by_threads = dev.max_threads_per_sm / threads;
+  return std::max(1, std::min(by_regs, by_threads));
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Streamed tiles go through a ring of `stages` tiles in shared memory filled with cp.async
+// (kernels/tile_ring.cuh for NCDHW, kernels/nhwc_ring.cuh for the channels-last forward), so
+// that several tiles per thread are in flight without holding registers. Measured on the H200
+// before the ring: the streamed NCDHW kernels moved 2-2.7 TB/s of DRAM traffic with their loads
+// in registers, latency-bound at 1-2 CTAs per SM. The channels-last backward measured slower
+// through a ring (nhwc_ring.cuh says why) and keeps its tiles in registers.
+// How many ring stages fit beside `min_blocks` CTAs per SM; 0 where no ring applies.
+int ring_capacity(const FusionKey& f, int threads, int items, int vec, int min_blocks, const DeviceProfile& dev) {
+  if (dev.arch < 80 || vec * dtype_size(f.dtype) != 16) return 0;
+  if (f.layout == Layout::ndhwc && f.direction == Direction::backward) return 0;
+  const int64_t stage = int64_t(ring_tensors(f)) * items * threads * 16;
+  // The channels-last forward's column sums: one float per thread and vector element.
+  const int64_t static_smem = f.layout == Layout::ndhwc ? int64_t(threads) * vec * 4 : 0;
+  // 2048: the driver's reserve per CTA and the kernels' small static shared memory.
+  const int64_t per_cta = dev.smem_per_sm / std::max(1, min_blocks) - 2048 - static_smem;
+  return int(std::clamp<int64_t>(per_cta / stage, 0, 255));
+}
+
+int ring_stages(const FusionKey& f, int threads, int items, int vec, int min_blocks, const DeviceProfile& dev) {
+  const int stages = std::min(ring_stage_cap(), ring_capacity(f, threads, items, vec, min_blocks, dev));
+  return stages >= 2 ? stages : 0;
+}
+
+// The resident split (kernels/resident_split.cuh): kSplitThreads / threads CTAs of `threads` per
+// SM walk their chunks through resident_slots() shared-memory slots (load, statistics, wait,
+// output). Each slot holds a chunk of every streamed tensor: `items` 16-byte vectors per thread
+// and tensor, as many as a CTA's share of the SM's shared memory allows (the driver reserves 1 KB
+// per CTA; static shared memory is under 1 KB). Fewer slots make bigger chunks (fewer steps) but
+// less slack between a chunk's statistics and its output.
+int resident_ctas(int threads) { return kSplitThreads / threads; }
+
+// The resident split's grid for `units` chunks in all: every co-resident CTA, or one per chunk.
+int64_t resident_grid(const DeviceProfile& dev, int threads, int64_t units) {
+  return std::min<int64_t>(int64_t(dev.sms) * resident_ctas(threads), units);
+}
+
+int resident_items(const FusionKey& f, const DeviceProfile& dev, int threads) {
+  const int64_t slot_per_item = int64_t(ring_tensors(f)) * threads * 16;
+  const int64_t per_cta = dev.smem_per_sm / resident_ctas(threads) - 2048;
+  return int(std::min<int64_t>(8, per_cta / (resident_slots() * slot_per_item)));
+}
+
+bool resident_possible(const FusionKey& f, int vec, const DeviceProfile& dev, int threads) {
+  return f.train && f.layout == Layout::ncdhw && dev.arch >= 80 && vec * dtype_size(f.dtype) == 16 &&
+         resident_items(f, dev, threads) >= 1;
+}
+
+// The most chunks an instance of the resident split may have at `threads` a CTA: thread j merges
+// chunk j, and in the backward (plain sums) also chunk j + threads (resident_split.cuh).
+int64_t resident_merge_capacity(const FusionKey& f, int threads) {
+  return int64_t(threads) * (f.direction == Direction::backward ? 2 : 1);
+}
+
+// The CTA sizes the resident split tries, preferred first. The forward: two CTAs of 256 per SM,
+// each with half the SM's slots (twice the chunks), so that one CTA's reductions, barriers and
+// polls overlap the other's loads and stores; measured on the H200 (fp16 forward, against one CTA
+// of 512, two A/B runs): (2,32,128^3) 170 -> 163-165 us, (2,32,80,192,160) 199 -> 185-188,
+// (2,64,64^3) 52.4 -> 48.2-49.1, (2,30,128^3) 161 -> 155.
+// The forward's limit is 256 chunks an instance (thread j merges chunk j), so larger instances
+// take the CTA of 512. The backward merges plain sums, two chunks a thread (up to 512 chunks at
+// 256: resident_merge_capacity), and takes two CTAs of 256 too; measured on the H200 (backward
+// kernel, µs, fp16 unless noted; session 10): (2,32,128^3) 297-299 at 512, 299-300 at 256, bf16
+// 313 -> 305; (2,64,64^3) 83 streamed, 87.5 resident at 512, 75.4 resident at 256 (hence the
+// lower step count in resident_backward_pays at 256); (2,32,80,192,160) 359 streamed, 366 at 512,
+// 399 at 256 (400 chunks: it streams). NORMJIT_RESIDENT_THREADS=256|512 takes one size for both
+// directions, for measurements.
+std::vector<int> resident_thread_choices() {
+  if (const int forced = resident_threads_override()) return {forced};
+  return {256, 512};
+}
+
+int items_for(Policy policy, int64_t nvec, int group) {
+  if (policy == Policy::bounded) return kBoundedItems;
+  // exact: the fewest items (power of two, <= 8) that hold the instance in this group.
+  int items = 1;
+  while (items < 8 && int64_t(items) * group < nvec) items *= 2;
+  return items;
+}
+
+}  // namespace
+
+int ring_tensors(const FusionKey& f) {
+  if (f.direction == Direction::forward) return 1;  // x (a residual is read where it is added)
+  return f.residual && f.activation != Activation::identity ? 3 : 2;  // x, dy (, residual)
+}
+
+int64_t ring_bytes(const FusionKey& f, const KernelConfig& c) {
+  return int64_t(c.stages) * ring_tensors(f) * c.items * c.threads * 16;
+}
+
+SplitMode split_mode() {
+  // L2-sized streaming measured faster than register-held chunks on the H200 (fp16, fwd /
+  // fwd+bwd): (2,32,128^3) 221 / 553 us against 278 / 715 us; (2,32,80,192,160) 250 / 671 against
+  // 478 / 898 us: fewer, larger rounds beat reading x once from HBM in lockstep rounds. The
+  // resident split reads x once without lockstep rounds: measured in one run on the H200 (fp16),
+  // forward (2,32,128^3) 182 vs 206 us, fp32 340 vs 427 us, (2,32,80,192,160) 211 vs 219 us. Its
+  // backward (x and dy in the slots: 3 vectors per thread, more steps) pays only on some shapes
+  // (resident_backward_pays). Hence the automatic default (docs/PERF_NOTES.md).
+  const char* v = std::getenv("NORMJIT_SPLIT");
+  if (v && std::strcmp(v, "registers") == 0) return SplitMode::registers;
+  if (v && std::strcmp(v, "l2") == 0) return SplitMode::l2;
+  if (v && std::strcmp(v, "resident") == 0) return SplitMode::resident;
+  return SplitMode::automatic;
+}
+
+// The integer in environment variable `name` when it lies in [lo, hi], else `fallback`.
+static int env_int_in(const char* name, int lo, int hi, int fallback) {
+  const char* v = std::getenv(name);
+  const int n = v ? std::atoi(v) : 0;
+  return n >= lo && n <= hi ? n : fallback;
+}
+
+int resident_slots() {
+  // 4 slots (7 vectors a thread, fp16 forward) measured fastest of 3-6 on the H200: see
+  // docs/PERF_NOTES.md. The variable is for such measurements; read once per process, so that
+  // the enumerated kernel set (explain --all) and the selections agree.
+  static const int slots = env_int_in("NORMJIT_RESIDENT_SLOTS", 3, 8, 4);
+  return slots;
+}
+
+int resident_threads_override() {
+  // The variable is for measurements; read once per process.
+  static const int threads = [] {
+    const int v = env_int_in("NORMJIT_RESIDENT_THREADS", 256, 512, 0);
+    return v == 256 || v == 512 ? v : 0;
+  }();
+  return threads;
+}
+
+int ring_stage_cap() {
+  // 3: the NCDHW ring's depth since it was introduced; 4 measured the same for the channels-last
+  // forward (docs/PERF_NOTES.md). The variable is for such measurements; read once per process.
+  static const int cap = env_int_in("NORMJIT_RING_STAGES", 2, 8, 3);
+  return cap;
+}
+
+int nhwc_min_row_bytes() {
+  // 32: a deep stage's channel tiles narrow down to rows of one whole 32-byte sector
+  // (nhwc_deep_tier). 16 allows half sectors (one fp16 vector: the fp16 backward with a residual
+  // then spills 20-38 bytes, ptxas, sm_90); 128 turns the narrowing off. The variable is for
+  // measurements; read once per process.
+  static const int bytes = env_int_in("NORMJIT_NHWC_MIN_ROW_BYTES", 2, 512, 32);
+  return bytes;
+}
+
+bool cluster_weight_grads_enabled() {
+  // NORMJIT_CLUSTER_WEIGHT_GRADS=0 leaves the channels-last backward of N > 1 to the last CTA's
+  // weight-gradient pass (nhwc_cluster_tier), for measurements. Read once per process.
+  static const bool on = [] {
+    const char* v = std::getenv("NORMJIT_CLUSTER_WEIGHT_GRADS");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+int nhwc_backward_items_override() {
+  static const int items = env_int_in("NORMJIT_NHWC_BWD_ITEMS", 1, 8, 0);
+  return items;
+}
+
+bool output_pass_reversed() {
+  // The output pass re-reads what the statistics pass read; starting with the tiles read last
+  // turns the L2-resident tail of a unit larger than L2 into hits (NDHWC). The NCDHW kernels keep
+  // the forward order: their rounds fit in L2, and walking backwards measured more DRAM reads.
+  static const bool reversed = [] {
+    const char* v = std::getenv("NORMJIT_OUTPUT_ORDER");
+    return !(v && std::strcmp(v, "forward") == 0);
+  }();
+  return reversed;
+}
+
+bool early_refill_pays(int64_t chunks, int64_t grid) {
+  // Measured on the H100 (fp16 backward kernels, three A/B runs, docs/PERF_NOTES.md session 17):
+  // instances of more chunks than the grid, whose phase C waits for peers a step or more behind,
+  // gain from loads that run during that wait: (2,32,128^3) 342 chunks 2.0-2.9 % faster,
+  // (1,32,128^3) 1.8-2.8 %; instances within one grid lose, the loads queued ahead of the poll
+  // lengthen the step: (2,64,64,128,128) 171 chunks 2.9-3.4 % slower, (2,64,64^3) and the
+  // forwards (<= 147 chunks) within 1 %.
+  static const char* forced = std::getenv("NORMJIT_EARLY_REFILL");
+  if (forced && (std::strcmp(forced, "0") == 0 || std::strcmp(forced, "1") == 0)) return forced[0] == '1';
+  return chunks > grid;
+}
+
+Policy policy_from_env() {
+  const char* v = std::getenv("NORMJIT_POLICY");
+  return (v && std::strcmp(v, "exact") == 0) ? Policy::exact : Policy::bounded;
+}
+const char* policy_name(Policy p) { return p == Policy::exact ? "exact" : "bounded"; }
+
+int vector_width(const ShapeKey& s, DType dtype, Layout layout) {
+  const int es = dtype_size(dtype);
+  int vec = std::min(16, int(s.align_bytes)) / es;
+  // The vectorised dimension is the spatial one (NCDHW) or the channel one (NDHWC); every
+  // instance start must stay aligned, so the other strides must be multiples too.
+  const int64_t inner = layout == Layout::ncdhw ? s.spatial : s.C;
+  auto fits = [&](int v) {
+    return inner % v == 0 && s.stride_n % v == 0 &&
+           (layout == Layout::ncdhw ? s.stride_c % v == 0 : s.stride_s % v == 0);
+  };
+  while (vec > 1 && !fits(vec)) vec /= 2;
+  return std::max(vec, 1);
+}
+
+bool needs_index64(const ShapeKey& s) {
+  const int64_t last = (s.N - 1) * s.stride_n + (s.C - 1) * s.stride_c + (s.spatial - 1) * s.stride_s;
+  // +16: the widest vector access past the last element's start; the instance-chunk counters too.
+  return last + 16 >= (int64_t(1) << 31) || s.N * s.C * 2048 >= (int64_t(1) << 31);
+}
+
+namespace {
+
+// ------------------------------------------------------------------ launch builders
+// Shared by choose_launch (the default) and candidate_launches (autotune), so that every candidate
+// is built by the same code as a default launch of that kind.
+
+int tier_items_override() {
+  // NORMJIT_TIER_ITEMS=1|2|4|8: the NCDHW register tiers' vectors a thread instead of the bounded
+  // policy's kBoundedItems, for measurements (docs/PERF_NOTES.md 000a: a deep instance fills 1 or
+  // 2 of the 4 items, and the empty ones still cost instructions). A tier whose group cannot then
+  // hold the instance is skipped, as under the exact policy. Read once per process.
+  static const int items = [] {
+    const int v = env_int_in("NORMJIT_TIER_ITEMS", 1, 8, 0);
+    return (v & (v - 1)) == 0 ? v : 0;
+  }();
+  return items;
+}
+
+int tier_items(const Tier& t, Policy policy, int64_t nvec) {
+  if (const int forced = tier_items_override()) return forced;
+  return policy == Policy::bounded ? t.items : items_for(policy, nvec, t.group);
+}
+
+// Tier `t` with one group per instance, the instance held in registers; threads == 0 when the
+// tier's register tile cannot hold the instance.
+Launch ncdhw_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy, const Tier& t) {
+  Launch l;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int items = tier_items(t, policy, nvec);
+  if (int64_t(t.group) * items < nvec) return l;
+  const int mb = min_blocks_for(t.threads, f.direction, dev);
+  l.config = make_config(t.threads, t.group, items, vec, mb, /*cached=*/true, needs_index64(s));
+  l.chunks = 1;
+  l.chunk_vectors = nvec;
+  const int per_cta = t.threads / t.group;
+  l.grid = std::min<int64_t>(ceil_div(s.N * s.C, per_cta), int64_t(dev.sms) * mb * 64);
+  l.tier = t.name;
+  return l;
+}
+
+// The split over `chunks` CTAs per instance (normalised so that no chunk is empty). Training chunks
+// exchange partials: every CTA of a round must be co-resident (cooperative launch; the caller keeps
+// chunks <= the resident CTAs) and the grid a multiple of the chunk count, so the chunks of one
+// instance share a round. `cached` needs chunks >= ceil(nvec / tile).
+Launch ncdhw_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, bool cached, int64_t chunks,
+                   const char* tier) {
+  Launch l;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int64_t instances = s.N * s.C;
+  const int mb = min_blocks_for(kSplitThreads, f.direction, dev);
+  const int64_t resident = int64_t(dev.sms) * mb;
+  l.config = make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, cached, needs_index64(s),
+                         cached ? 0 : ring_stages(f, kSplitThreads, kBoundedItems, vec, mb, dev));
+  l.chunk_vectors = ceil_div(nvec, std::max<int64_t>(1, chunks));
+  l.chunks = int(ceil_div(nvec, l.chunk_vectors));
+  l.cooperative = f.train && l.chunks > 1;
+  l.grid = l.cooperative ? std::min(resident / l.chunks, instances) * l.chunks : instances * l.chunks;
+  l.partials = l.cooperative ? 2 * instances * l.chunks : 0;
+  l.tier = tier;
+  return l;
+}
+
+// The resident split of an instance: the CTA size and chunks per instance, or chunks == 0 where it
+// does not apply. It applies to an instance of more than one chunk whose chunks reach at most
+// (slots - 2) steps past any one of them (the kernel's deadlock-freedom condition: chunks - 1 <=
+// (slots - 2) * grid, resident_split.cuh). The first of resident_thread_choices that fits wins.
+struct ResidentPlan {
+  int threads = 0;
+  int64_t chunks = 0;
+};
+
+ResidentPlan resident_plan(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  for (int threads : resident_thread_choices()) {
+    if (!resident_possible(f, vec, dev, threads)) continue;
+    const int64_t chunks = ceil_div(nvec, int64_t(threads) * resident_items(f, dev, threads));
+    const int64_t grid = resident_grid(dev, threads, s.N * s.C * chunks);
+    if (chunks < 2 || chunks > resident_merge_capacity(f, threads) ||
+        chunks - 1 > int64_t(resident_slots() - 2) * grid)
+      continue;
+    return {threads, chunks};
+  }
+  return {};
+}
+
+// Whether the automatic split gives a backward of `chunks` chunks an instance the resident split
+// rather than streaming twice. Measured on the H200 (fp16, one run, bench/results/2026-12-03-session4):
+//   (2,32,128^3):       171 chunks an instance (1.3 grids), 83 steps: 299 us resident, 329 streamed
+//   (2,32,80,192,160):  200 chunks (1.5 grids), 97 steps:              368 us resident, 352 streamed
+//   (2,64,64^3):        22 chunks, 22 steps:                            90 us resident,  86 streamed
+// Mechanisms: an instance of more chunks than ~1.4 grids more often spans three steps, and the
+// output of its first chunks then waits for a peer's statistics of the same step (no slack); with
+// few steps the pipeline's fill and drain (3 steps) weigh more. The thresholds lie between the
+// measured points. At two CTAs of 256 per SM a step is half as long and one CTA's merge overlaps
+// the other's loads: (2,64,64^3), 43 chunks in 21 steps, measured 75 us resident against 83
+// streamed (resident_thread_choices), so there 16 steps suffice (not measured below 21). The
+// forward, with 2.3x larger chunks, always pays (PERF_NOTES.md).
+bool resident_backward_pays(const ShapeKey& s, const ResidentPlan& plan, const DeviceProfile& dev) {
+  const int64_t chunks = plan.chunks;
+  const int64_t units = s.N * s.C * chunks;
+  const int64_t grid = resident_grid(dev, plan.threads, units);
+  return ceil_div(units, grid) >= (plan.threads == 256 ? 16 : 48) && chunks * 10 <= grid * 14;
+}
+
+KernelConfig resident_config(const FusionKey& f, const DeviceProfile& dev, int threads, int vec, bool index64) {
+  // min_blocks: the slots leave room for that many CTAs per SM (and 128 registers per thread).
+  return make_config(threads, threads, resident_items(f, dev, threads), vec, resident_ctas(threads),
+                     /*cached=*/false, index64, resident_slots(), /*resident=*/true);
+}
+
+Launch ncdhw_resident(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const ResidentPlan& plan) {
+  Launch l;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int64_t instances = s.N * s.C;
+  l.config = resident_config(f, dev, plan.threads, vec, needs_index64(s));
+  l.chunk_vectors = ceil_div(nvec, plan.chunks);  // balanced chunks, each at most one slot
+  l.chunks = int(ceil_div(nvec, l.chunk_vectors));
+  l.cooperative = true;
+  l.grid = resident_grid(dev, plan.threads, instances * l.chunks);
+  l.exchange = 1 + 2 * instances * l.chunks;  // the generation, then a tagged pair per chunk
+  l.early_refill = early_refill_pays(l.chunks, l.grid);
+  l.tier = l.early_refill ? "split, resident in shared memory (pipelined, early refill)"
+                          : "split, resident in shared memory (pipelined)";
+  return l;
+}
+
+// Chunks per instance for streaming twice, sized so that what all co-resident CTAs read in one
+// round fits in `budget_bytes` of L2: the second read then comes from L2, not HBM.
+int64_t ncdhw_streamed_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t budget_bytes) {
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int64_t resident = int64_t(dev.sms) * min_blocks_for(kSplitThreads, f.direction, dev);
+  const int64_t tile = int64_t(kSplitThreads) * kBoundedItems;
+  const int64_t bytes_per_vec = int64_t(vec) * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
+  const int64_t budget_vectors = std::max<int64_t>(tile, budget_bytes / resident / bytes_per_vec / tile * tile);
+  return std::clamp<int64_t>(ceil_div(nvec, budget_vectors), 1, resident);
+}
+
+Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  Launch l;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int64_t instances = s.N * s.C;
+  const bool exchange = f.train;  // eval needs no statistics: chunks never talk to each other
+
+  for (const Tier& t : kTiers) {
+    if (!tier_allowed(t, f.direction)) continue;
+    l = ncdhw_tier(f, s, dev, policy, t);
+    if (l.config.threads != 0) break;
+  }
+
+  if (l.config.threads == 0) {
+    // Split: several CTAs per instance.
+    const int threads = kSplitThreads;
+    const int mb = min_blocks_for(threads, f.direction, dev);
+    const int64_t resident = int64_t(dev.sms) * mb;
+    const int items = kBoundedItems;
+    const int64_t tile = int64_t(threads) * items;
+    const int64_t k_cached = ceil_div(nvec, tile);
+    if (!exchange) {
+      // Eval is elementwise: split for parallelism, each chunk a whole number of tiles.
+      const int64_t chunks =
+          std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / std::max<int64_t>(1, instances)));
+      l = ncdhw_split(f, s, dev, /*cached=*/false, chunks, "split (elementwise)");
+    } else if (const ResidentPlan rp = resident_plan(f, s, dev);
+               rp.chunks > 0 && (split_mode() == SplitMode::resident ||
+                                 (split_mode() == SplitMode::automatic &&
+                                  (f.direction == Direction::forward || resident_backward_pays(s, rp, dev))))) {
+      // Every chunk in shared memory from its load to its output, pipelined: x is read once.
+      l = ncdhw_resident(f, s, dev, rp);
+    } else if (k_cached <= resident && split_mode() == SplitMode::registers) {
+      // Every chunk stays in registers: x is read once. All CTAs of an instance must be co-resident.
+      l = ncdhw_split(f, s, dev, /*cached=*/true, k_cached, "split, cached in registers");
+    } else {
+      // Stream each chunk twice (statistics, then output), a round's reads sized to half the L2.
+      l = ncdhw_split(f, s, dev, /*cached=*/false, ncdhw_streamed_chunks(f, s, dev, dev.l2_bytes / 2),
+                      "split, streamed twice (second read from L2)");
+    }
+  }
+  return l;
+}
+
+// Channels-last: a CTA owns (n, a tile of TC = lanes * vec channels, a chunk of positions).
+// config.group holds the lanes across channels; rows = threads / lanes cover positions.
+int nhwc_lanes(int64_t C, int vec) {
+  const int cap = vec == 1 ? 32 : 8;  // 8 x 16 bytes = 128-byte rows per warp segment
+  int lanes = 1;
+  while (lanes < cap && int64_t(lanes) * vec < C) lanes *= 2;
+  return lanes;
+}
+
+// How the channels-last kernels cover a sample: rows of memory, each `lanes` vectors wide.
+// Flat (C not a multiple of the 16-byte vector): a sample's spatial * C elements are read as
+// super-rows of lcm(C, vec) elements with 16-byte vectors (kernels/nhwc_tile.cuh); measured on
+// the H200, the narrow vectors of C = 30 (4 bytes) and C = 20 (8 bytes) ran at 28-29 % of copy
+// bandwidth, slower than torch.compile's forward. Only where every slot gets the same count
+// (positions per super-row divide spatial), the lanes fit a warp's reach (<= 32) and every sample
+// starts 16-byte aligned.
+struct NhwcGeometry {
+  int vec = 1;          // elements per vector
+  int lanes = 1;        // vectors across a row
+  bool flat = false;
+  int64_t extent = 0;   // rows per sample: positions, or super-rows when flat
+  int64_t tiles = 1;    // channel tiles per sample (1 when flat)
+};
+
+// `max_lanes` caps a tile's width below the natural one (nhwc_deep_tier); flat rows ignore it.
+NhwcGeometry nhwc_geometry(const FusionKey& f, const ShapeKey& s, int max_lanes = 32) {
+  NhwcGeometry g;
+  g.vec = vector_width(s, f.dtype, f.layout);
+  const int vec16 = 16 / dtype_size(f.dtype);
+  if (g.vec < vec16 && s.C % vec16 != 0 && s.align_bytes >= 16 && s.stride_s == s.C && s.stride_n % vec16 == 0) {
+    const int64_t gcd = std::min<int64_t>(s.C & -s.C, vec16);  // vec16 is a power of two
+    const int64_t lanes = s.C / gcd, positions = vec16 / gcd;
+    if (lanes <= 32 && s.spatial % positions == 0) {
+      g.vec = vec16;
+      g.lanes = int(lanes);
+      g.flat = true;
+      g.extent = s.spatial / positions;
+      return g;
+    }
+  }
+  g.lanes = std::min(nhwc_lanes(s.C, g.vec), max_lanes);
+  g.extent = s.spatial;
+  g.tiles = ceil_div(s.C, int64_t(g.lanes) * g.vec);
+  return g;
+}
+
+constexpr int kNhwcThreads[] = {64, 256};
+constexpr int kNhwcSplitThreads = 256;
+// The NHWC kernels keep per-channel mean/rstd/weight/bias for their vector: ~96 registers.
+int nhwc_min_blocks(int threads, const DeviceProfile& dev) {
+  return std::max(1, std::min(dev.regs_per_sm / (threads * 128), dev.max_threads_per_sm / threads));
+}
+
+KernelConfig nhwc_config(const NhwcGeometry& g, int threads, int items, int min_blocks, bool cached, bool index64,
+                         int stages, bool kept = false) {
+  return make_config(threads, g.flat ? 0 : g.lanes, items, g.vec, min_blocks, cached, index64, stages, kept, g.flat);
+}
+
+// The kept split's slots a CTA holds (kernels/nhwc_ring.cuh: its chunk of at most that many tiles
+// stays in shared memory from the statistics pass to the output pass); 0 where it does not apply
+// (the training forward through a ring only). 8 at most: kernels are keyed by it.
+constexpr int kNhwcMaxKeptStages = 8;
+int nhwc_kept_stages(const FusionKey& f, int vec, const DeviceProfile& dev) {
+  if (f.direction != Direction::forward || !f.train) return 0;
+  const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int stages = std::min(kNhwcMaxKeptStages, ring_capacity(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev));
+  return ring_stages(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev) > 0 ? stages : 0;
+}
+
+// Vectors per thread and tile of the streamed channels-last split. The backward holds its tiles in
+// registers (x, dy and, under an activation, the residual; the next tile's loads in flight beside
+// this one's) together with 8 channels' mean, rstd, weight, bias and two sums, under the 128
+// registers of two CTAs of 256 per SM. Four vectors spill wherever the tile or the epilogue grows
+// (ptxas, CUDA 13.0, sm_90, bytes a thread: fp16 with an activation 44-112, bf16 124-504, with a
+// residual 1094-1648; fp32 with a residual 28-44), and a spill inside the tile loop is costly:
+// measured on the H200, (2,32,128^3) backward with leaky_relu and a residual 2030 us (fp16) and
+// 2994 us (bf16) at 4 vectors against 539 (fp16, 2 vectors) and 576 (bf16, 1: 637 at 2, which
+// still spills 20-52 bytes); bf16 without an epilogue 449 at 4, 335 at 3; fp16 with leaky_relu 381
+// at 4, 336 at 3. Hence the most vectors that compile without a spill (tests/cpp:
+// Cli.ChannelsLastBackwardDoesNotSpill checks it).
+int nhwc_streamed_items(const FusionKey& f) {
+  if (f.direction != Direction::backward) return kBoundedItems;
+  if (const int forced = nhwc_backward_items_override()) return forced;
+  const bool act = f.activation != Activation::identity;
+  const bool residual = ring_tensors(f) == 3;  // x, dy and the residual (read only under an activation)
+  switch (f.dtype) {
+    case DType::f32: return residual ? 3 : 4;
+    case DType::bf16: return residual ? 1 : act ? 2 : 3;
+    default: return residual ? 2 : act ? 3 : 4;
+  }
+}
+
+// A CTA of `threads` per (n, channel tile of at most `max_lanes` vectors) holding all positions in
+// registers; threads == 0 when they do not fit.
+Launch nhwc_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy, int threads,
+                 int max_lanes) {
+  Launch l;
+  const NhwcGeometry g = nhwc_geometry(f, s, max_lanes);
+  const int rows = threads / g.lanes;
+  const int items = policy == Policy::bounded ? kBoundedItems : items_for(policy, g.extent, rows);
+  if (int64_t(rows) * items < g.extent) return l;
+  const int mb = nhwc_min_blocks(threads, dev);
+  l.config = nhwc_config(g, threads, items, mb, true, needs_index64(s), 0);
+  l.chunks = 1;
+  l.chunk_vectors = g.extent;
+  l.grid = s.N * g.tiles;
+  l.tier = threads == 64 ? "channels-last small (CTA of 64)" : "channels-last medium (CTA of 256)";
+  return l;
+}
+
+// The channels-last split over `chunks` CTAs per (n, channel tile); as ncdhw_split.
+Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, bool cached, int64_t chunks,
+                  const char* tier) {
+  Launch l;
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int64_t insts = s.N * g.tiles;
+  const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t resident = int64_t(dev.sms) * mb;
+  const int items = cached ? kBoundedItems : nhwc_streamed_items(f);
+  l.config = nhwc_config(g, kNhwcSplitThreads, items, mb, cached, needs_index64(s),
+                         cached ? 0 : ring_stages(f, kNhwcSplitThreads, items, g.vec, mb, dev));
+  l.chunk_vectors = ceil_div(g.extent, std::max<int64_t>(1, chunks));
+  l.chunks = int(ceil_div(g.extent, l.chunk_vectors));
+  l.cooperative = f.train && l.chunks > 1;
+  l.grid = l.cooperative ? std::min(resident / l.chunks, insts) * l.chunks : insts * l.chunks;
+  // Per (n, channel tile): a pair per column for every chunk, then one for the merged totals
+  // (kernels/nhwc_exchange.cuh, the scattered merge).
+  l.partials = l.cooperative ? insts * (l.chunks + 1) * int64_t(g.lanes) * g.vec * 2 : 0;
+  l.tier = tier;
+  return l;
+}
+
+// Streamed chunks sized so one round's reads fit in `budget_bytes` of L2 (see ncdhw_streamed_chunks);
+// at most one round of (n, channel tile) pairs.
+int64_t nhwc_streamed_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t budget_bytes) {
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int rows = kNhwcSplitThreads / g.lanes;
+  const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t row_bytes =
+      int64_t(g.lanes) * g.vec * dtype_size(f.dtype) * (f.direction == Direction::backward ? 2 : 1);
+  const int64_t tile_rows = int64_t(rows) * nhwc_streamed_items(f);
+  const int64_t budget_rows = std::max<int64_t>(tile_rows, budget_bytes / resident / row_bytes / tile_rows * tile_rows);
+  return std::clamp<int64_t>(ceil_div(g.extent, budget_rows), 1, std::max<int64_t>(1, resident / (s.N * g.tiles)));
+}
+
+// The default streamed split's chunks: the L2 budget's count, raised to fill every co-resident
+// CTA slot as long as each chunk keeps kNhwcMinChunkTiles tiles, where the budget already splits
+// (one chunk needs no exchange: (2,320,8^3)'s forward measured 9.8 us whole, 11.0-11.6 in two).
+// A tensor that fits the budget in few chunks otherwise leaves slots idle or unevenly shared: (2,128,32^3) took 37 chunks of 4
+// (n, channel tile) pairs, 148 CTAs on 132 SMs, and measured 24.4 us against 21.4 for 66 chunks
+// (264 CTAs); (2,256,16^3) 13.9 us with 5 chunks against 10.4 with 11 (H200, fp16 forward,
+// autotune timings of session 9, once the exchange's loads were 16 bytes wide).
+constexpr int64_t kNhwcMinChunkTiles = 2;
+int64_t nhwc_default_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  // In rows of kBoundedItems-vector tiles whatever the kernel's items (the measured chunk size).
+  const int64_t tile_rows = int64_t(kNhwcSplitThreads / g.lanes) * kBoundedItems;
+  const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t fill = std::min(resident / (s.N * g.tiles), g.extent / (kNhwcMinChunkTiles * tile_rows));
+  const int64_t budget = nhwc_streamed_chunks(f, s, dev, dev.l2_bytes / 2);
+  return budget > 1 ? std::max(budget, fill) : budget;
+}
+
+// The channels-last split that reads x once: every (n, channel tile) unit cut into chunks of at
+// most nhwc_kept_stages tiles, each held in its CTA's shared memory across the exchange, all
+// co-resident (one round), with the streamed split's chunks (nhwc_default_chunks) where they fit;
+// the launch's shared memory is the slots its chunks fill. threads == 0 where the tensor does not
+// fit on chip that way ((2,64,64^3) fp16: 64 MB against ~26 MB of slots on the H100). Measured on
+// the H100 (fp16 forward, CUPTI, against the streamed split): (2,128,32^3) 24.2 -> 23.1 us,
+// (1,64,58,58,60) 34.8 -> 30.9, (2,16,32^3) 9.9 -> 9.7 (session 21), and (2,256,16^3), whose
+// 16 chunks are fewer than the exchange's 64 columns (every CTA reads every chunk's pairs),
+// 11.4 -> 11.0 (session 22, slots sized to the chunk; 14.1 in session 21 with every CTA
+// reserving all six slots).
+Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int stages = nhwc_kept_stages(f, g.vec, dev);
+  // Not for flat rows: their kept kernel spilled (fp16 C = 30: 80 bytes a thread against 8 streamed;
+  // ptxas, sm_90), and flat shapes that fit on chip are few.
+  if (stages == 0 || g.flat || split_mode() == SplitMode::l2 || split_mode() == SplitMode::registers) return {};
+  const int64_t tile_rows = int64_t(kNhwcSplitThreads / g.lanes) * kBoundedItems;
+  const int64_t insts = s.N * g.tiles;
+  const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t fewest = ceil_div(g.extent, stages * tile_rows);
+  if (insts * fewest > resident) return {};
+  const int64_t chunks = std::max(fewest, nhwc_default_chunks(f, s, dev));
+  Launch l = nhwc_split(f, s, dev, false, chunks, "channels-last split, kept in shared memory");
+  l.config = nhwc_config(g, kNhwcSplitThreads, kBoundedItems, l.config.min_blocks, false, needs_index64(s), stages,
+                         true);
+  l.smem_bytes = ceil_div(l.chunk_vectors, tile_rows) * ring_bytes(f, l.config) / stages;
+  return l;
+}
+
+// The smaller tier (a CTA of 64, else 256) that holds a whole unit of channel tiles at most
+// `max_lanes` vectors wide; threads == 0 when neither does.
+Launch nhwc_fitting_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy,
+                         int max_lanes) {
+  for (int threads : kNhwcThreads) {
+    const Launch l = nhwc_tier(f, s, dev, policy, threads, max_lanes);
+    if (l.config.threads != 0) return l;
+  }
+  return {};
+}
+
+// Whether a tile of `lanes` vectors still reads rows of nhwc_min_row_bytes: a narrower row would
+// read part of a 32-byte sector for every position.
+bool nhwc_row_wide_enough(const FusionKey& f, const NhwcGeometry& g, int lanes) {
+  return lanes >= 1 && lanes * g.vec * dtype_size(f.dtype) >= nhwc_min_row_bytes();
+}
+
+// The channels-last backward of 2-8 samples on sm_90 and later, one CTA per (sample, channel
+// tile) unit held in registers, 32-bit indexing, not flat, no residual: the kernel variant whose
+// CTAs form a thread-block cluster per channel tile and sum dweight/dbias there (KernelConfig
+// cluster; kernels/instance_norm_nhwc.cuh cluster_weight_grads), with no last CTA's pass. A
+// residual's tile left no registers for it (124-396 bytes of spills, ptxas sm_90, fp16
+// leaky_relu). Session 23 (exp/cluster-wgrad, the step compiled into every such kernel and
+// chosen at run time): 0.3-0.5 us less than the pass, but the kernels carrying it ran 0.2-0.5 us
+// slower without it, hence a config bit here, so that every other kernel keeps its code.
+constexpr int64_t kMaxClusterSamples = 8;  // the portable cluster size
+bool nhwc_cluster_applies(const FusionKey& f, const DeviceProfile& dev) {
+  return f.layout == Layout::ndhwc && f.direction == Direction::backward && f.affine && !f.residual &&
+         dev.arch >= 90 && cluster_weight_grads_enabled();
+}
+bool nhwc_cluster_fits(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Launch& l) {
+  const KernelConfig& c = l.config;
+  return nhwc_cluster_applies(f, dev) && s.N > 1 && s.N <= kMaxClusterSamples && l.chunks == 1 && c.cached &&
+         !c.flat && !c.index64 && c.stages == 0 && !l.cooperative && c.group > 0 &&
+         l.grid == s.N * ceil_div(s.C, int64_t(c.group) * c.vec);
+}
+Launch nhwc_cluster_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Launch l) {
+  if (nhwc_cluster_fits(f, s, dev, l)) l.config.cluster = true;
+  return l;
+}
+// Whether the backward of a tier's launch `l` ends without the last CTA's pass over every
+// channel's weight gradients: no weights, one sample (each CTA writes its channels': with_workspace
+// channel_major) or a cluster per channel tile.
+bool nhwc_backward_without_pass(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Launch& l) {
+  return !f.affine || s.N == 1 || nhwc_cluster_fits(f, s, dev, l);
+}
+
+// Deep stages (few positions, many channels) have few (sample, channel tile) units at the natural
+// tile width of 8 vectors (64 fp16 channels): (2,320,8^3) ran as 10 CTAs streaming a unit twice,
+// ~10 us on the H100 and H200 against ~6.5 for its NCDHW kernel; (2,320,4^3) as 10 CTAs of 256.
+// Narrower tiles give more units, each one held whole in a CTA's registers with no exchange
+// between CTAs: halve the lanes while the grid has fewer CTAs than the GPU has SMs and a row
+// keeps a whole 32-byte sector (nhwc_min_row_bytes). threads == 0 when no tier holds a unit.
+Launch nhwc_deep_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  Launch best = nhwc_fitting_tier(f, s, dev, policy, g.lanes);
+  // A backward that ends in the last CTA's weight-gradient pass narrows only where no CTA holds a
+  // unit at the natural width: measured on the H100 (session 18), (2,320,4^3)'s backward took
+  // 9.6 us in 40 CTAs of 64 against 8.0 in 10 of 256 (its forward 6.0 against 6.9), since that
+  // pass then ran in one CTA of 64. Without the pass (nhwc_backward_without_pass) it narrows as
+  // the forward does: measured on the H100 (session 24, CUPTI), (2,320,4^3) fp16 4.8 -> 4.7 us
+  // (bf16 4.4 -> 4.1), (2,320,5^3) 5.2 -> 5.0, (1,320,4^3) 3.3 -> 3.2; none slower. Without
+  // weights (no pass at all), (2,320,4^3) 3.0 -> 2.8, (4,320,4^3) 3.1 -> 2.9.
+  // (Whether a pass follows is the same at every width: each tier holds one unit a CTA.)
+  if (g.flat || (best.config.threads != 0 && f.direction == Direction::backward &&
+                 !nhwc_backward_without_pass(f, s, dev, best)))
+    return best;
+  for (int lanes = g.lanes / 2; nhwc_row_wide_enough(f, g, lanes); lanes /= 2) {
+    if (best.config.threads != 0 && best.grid >= dev.sms) break;
+    if (const Launch narrower = nhwc_fitting_tier(f, s, dev, policy, lanes); narrower.config.threads != 0)
+      best = narrower;
+  }
+  return best;
+}
+
+Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  if (const Launch l = nhwc_deep_tier(f, s, dev, policy); l.config.threads != 0) return nhwc_cluster_tier(f, s, dev, l);
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int rows = kNhwcSplitThreads / g.lanes;
+  const int64_t insts = s.N * g.tiles;
+  const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t k_cached = ceil_div(g.extent, int64_t(rows) * kBoundedItems);
+  if (!f.train)
+    return nhwc_split(f, s, dev, false, std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / insts)),
+                      "channels-last split (elementwise)");
+  if (k_cached <= resident && split_mode() == SplitMode::registers)
+    return nhwc_split(f, s, dev, true, k_cached, "channels-last split, cached in registers");
+  if (const Launch l = nhwc_kept_split(f, s, dev); l.config.threads != 0) return l;
+  // Streamed twice, chunks sized so one round's reads fit in half the L2 (see choose_ncdhw), and
+  // enough of them to fill the GPU.
+  return nhwc_split(f, s, dev, false, nhwc_default_chunks(f, s, dev), "channels-last split, streamed twice");
+}
+
+// Workspace: exchange counters (2 per instance + 1 grid-wide), partials, per-instance scratch.
+// The backward's weight gradients need no grid-wide pass where each CTA holds every sample of its
+// channels (channel_major): the CTAs write dweight/dbias themselves.
+// - NCDHW: one chunk per instance and groups per CTA a multiple of N. Measured on the H200, the
+//   last-CTA pass (fence, atomic, a serial read of every instance's sums) was ~2 of the 5.6-6 us
+//   of (2,320,4^3) and (2,320,8^3).
+// - NDHWC: N = 1, where a channel's only instance is its sample's (chunk 0 writes the totals of
+//   the exchange). Measured on the H100 (session 23, CUPTI, fp16), the backward of (1,320,4^3)
+//   took 3.4 us against 4.6 with the pass, (1,320,8^3) 4.1 against 5.7, (1,256,16^3) 10.8
+//   against 12.3. For N = 2, holding both samples of a channel tile in one CTA (exp/batch-tile)
+//   halved the CTAs and lost ((2,320,8^3) 7.0 us against 6.0).
+// - NDHWC with 2 <= N <= 8: the cluster variant of the tiers (nhwc_cluster_tier), launched in
+//   clusters of the channel tile's N CTAs.
+Launch with_workspace(const FusionKey& f, const ShapeKey& s, Launch l) {
+  const int64_t instances = s.N * s.C;
+  const int64_t groups_per_cta = l.config.group > 0 ? l.config.threads / l.config.group : 0;
+  const bool weight_grads = f.direction == Direction::backward && f.affine;
+  l.channel_major = weight_grads && (f.layout == Layout::ncdhw
+                                         ? l.chunks == 1 && groups_per_cta > 0 && groups_per_cta % s.N == 0
+                                         : s.N == 1 || l.config.cluster);
+  l.cluster = l.config.cluster ? int(s.N) : 1;
+  const bool grid_reduce = (f.direction == Direction::forward && f.running) ||
+                           (weight_grads && !l.channel_major);
+  if (l.cooperative || grid_reduce) {
+    l.counters = 2 * instances + 1;
+    l.scratch = grid_reduce ? 2 * instances : 0;
+  } else {
+    l.partials = 0;
+  }
+  return l;
+}
+
+}  // namespace
+
+Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  const Launch l = f.layout == Layout::ncdhw ? choose_ncdhw(f, s, dev, policy) : choose_nhwc(f, s, dev, policy);
+  return with_workspace(f, s, l);
+}
+
+// The kernels' preconditions (heuristics.h).
+bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const DeviceProfile& dev) {
+  const int64_t extent = f.layout == Layout::ncdhw ? s.spatial / l.config.vec : nhwc_geometry(f, s).extent;
+  const int64_t cv = l.chunk_vectors;
+  if (l.config.threads == 0 || l.grid < 1 || l.grid > 0x7fffffff || l.chunks < 1 || cv < 1 || cv > 0x7fffffff)
+    return false;
+  if (int64_t(l.chunks) * cv < extent || int64_t(l.chunks - 1) * cv >= extent) return false;
+  const bool ncdhw_resident = l.config.resident && f.layout == Layout::ncdhw;
+  if (l.cooperative && (l.grid > int64_t(dev.sms) * l.config.min_blocks || (!ncdhw_resident && l.grid % l.chunks != 0)))
+    return false;
+  // The resident split: one chunk per slot, and its deadlock-freedom condition (resident_split.cuh).
+  if (ncdhw_resident && (cv > int64_t(l.config.threads) * l.config.items ||
+                         l.chunks > resident_merge_capacity(f, l.config.threads) ||
+                         l.chunks - 1 > int64_t(l.config.stages - 2) * l.grid || l.exchange < 1))
+    return false;
+  // The kept channels-last split: a chunk of at most `stages` tiles (nhwc_ring.cuh).
+  if (l.config.resident && f.layout == Layout::ndhwc) {
+    const int lanes = l.config.flat ? nhwc_geometry(f, s).lanes : l.config.group;
+    const int64_t tile_rows = int64_t(l.config.threads / std::max(1, lanes)) * l.config.items;
+    if (l.config.cached || l.config.stages < 1 || cv > l.config.stages * tile_rows) return false;
+  }
+  if (l.chunks > 1 && f.train && !l.cooperative) return false;
+  if (l.config.cluster && !nhwc_cluster_fits(f, s, dev, l)) return false;
+  return true;
+}
+
+// ------------------------------------------------------------------ autotune candidates
+namespace {
+
+constexpr size_t kMaxCandidates = 6;
+
+struct CandidateList {
+  const FusionKey& f;
+  const ShapeKey& s;
+  const DeviceProfile& dev;
+  std::vector<Launch> out;
+
+  // Adds `l` unless it cannot launch, repeats a candidate (same kernel and decomposition) or the
+  // list is full.
+  void add(const Launch& built) {
+    if (built.config.threads == 0 || out.size() >= kMaxCandidates) return;
+    const Launch l = with_workspace(f, s, built);
+    if (!launchable(f, s, l, dev)) return;
+    for (const Launch& c : out)
+      if (same_launch(c, l)) return;
+    out.push_back(l);
+  }
+};
+
+// Chunks that give every SM about one CTA when instances are few (at least `lo`), without making a
+// chunk smaller than one vector per thread.
+int64_t parallel_chunks(int64_t instances, int64_t extent, int64_t threads, int64_t lo, const DeviceProfile& dev) {
+  const int64_t want = std::max(lo, ceil_div(dev.sms, std::max<int64_t>(1, instances)));
+  return std::min(want, std::max(lo, extent / threads));
+}
+
+void ncdhw_candidates(CandidateList& c, Policy policy) {
+  const FusionKey& f = c.f;
+  const ShapeKey& s = c.s;
+  const DeviceProfile& dev = c.dev;
+  const int vec = vector_width(s, f.dtype, f.layout);
+  const int64_t nvec = s.spatial / vec;
+  const int64_t instances = s.N * s.C;
+  const int64_t resident = int64_t(dev.sms) * min_blocks_for(kSplitThreads, f.direction, dev);
+  const int64_t tile = int64_t(kSplitThreads) * kBoundedItems;
+  const int64_t k_cached = ceil_div(nvec, tile);
+
+  // The default's tier (a repeat) and the next two larger ones: more threads per instance, fewer
+  // vectors per thread. Larger still only idles threads.
+  int tiers = 0;
+  for (const Tier& t : kTiers) {
+    if (!tier_allowed(t, f.direction) || tiers == 3) continue;
+    const Launch l = ncdhw_tier(f, s, dev, policy, t);
+    if (l.config.threads == 0) continue;
+    ++tiers;
+    c.add(l);
+  }
+  const bool fits_a_tier = tiers > 0;
+  if (f.train) {
+    // Split held in registers: the fewest chunks, and (few instances) enough chunks to fill the SMs.
+    for (int64_t k : {std::max<int64_t>(2, k_cached), parallel_chunks(instances, nvec, kSplitThreads, 2, dev)})
+      if (k >= k_cached && k <= resident && nvec >= 2 * int64_t(kSplitThreads))
+        c.add(ncdhw_split(f, s, dev, true, k, "split, cached in registers"));
+    if (!fits_a_tier) {
+      if (const ResidentPlan rp = resident_plan(f, s, dev); rp.chunks > 0) c.add(ncdhw_resident(f, s, dev, rp));
+      // Streamed twice with rounds sized to a quarter, a half and all of the L2.
+      for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
+        c.add(ncdhw_split(f, s, dev, false, ncdhw_streamed_chunks(f, s, dev, budget),
+                          "split, streamed twice (second read from L2)"));
+      // One CTA per instance, no exchange: enough when the instances alone fill the GPU.
+      if (instances >= resident) c.add(ncdhw_split(f, s, dev, false, 1, "split, streamed twice (CTA per instance)"));
+    }
+  } else if (nvec >= 2 * int64_t(kSplitThreads)) {
+    // Eval is elementwise. The default splits into 4 CTAs per resident slot, chunks of at least a
+    // tile; try 1 per slot, and 16 per slot with chunks down to one vector per thread.
+    c.add(ncdhw_split(f, s, dev, false, std::min(k_cached, std::max<int64_t>(1, resident / instances)),
+                      "split (elementwise)"));
+    c.add(ncdhw_split(f, s, dev, false, std::min(nvec / kSplitThreads, std::max<int64_t>(1, 16 * resident / instances)),
+                      "split (elementwise)"));
+  }
+}
+
+void nhwc_candidates(CandidateList& c, Policy policy) {
+  const FusionKey& f = c.f;
+  const ShapeKey& s = c.s;
+  const DeviceProfile& dev = c.dev;
+  const NhwcGeometry g = nhwc_geometry(f, s);
+  const int rows = kNhwcSplitThreads / g.lanes;
+  const int64_t insts = s.N * g.tiles;
+  const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
+  const int64_t k_cached = ceil_div(g.extent, int64_t(rows) * kBoundedItems);
+
+  bool fits_a_tier = false;
+  for (int threads : kNhwcThreads) {  // the natural width's tiers
+    const Launch l = nhwc_tier(f, s, dev, policy, threads, g.lanes);
+    if (l.config.threads == 0) continue;
+    fits_a_tier = true;
+    c.add(l);
+  }
+  // Narrower channel tiles, each unit held whole by one CTA (nhwc_deep_tier's choices).
+  if (!g.flat)
+    for (int lanes = g.lanes / 2; nhwc_row_wide_enough(f, g, lanes); lanes /= 2)
+      c.add(nhwc_fitting_tier(f, s, dev, policy, lanes));
+  if (f.train) {
+    for (int64_t k : {std::max<int64_t>(2, k_cached), parallel_chunks(insts, g.extent, rows, 2, dev)})
+      if (k >= k_cached && k <= resident && g.extent >= 2 * int64_t(rows))
+        c.add(nhwc_split(f, s, dev, true, k, "channels-last split, cached in registers"));
+    if (!fits_a_tier) {
+      c.add(nhwc_kept_split(f, s, dev));
+      for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
+        c.add(nhwc_split(f, s, dev, false, nhwc_streamed_chunks(f, s, dev, budget),
+                         "channels-last split, streamed twice"));
+      if (insts >= resident)
+        c.add(nhwc_split(f, s, dev, false, 1, "channels-last split, streamed twice (CTA per tile)"));
+    }
+  } else if (g.extent >= 2 * int64_t(rows)) {
+    // Eval: as in ncdhw_candidates.
+    c.add(nhwc_split(f, s, dev, false, std::min(k_cached, std::max<int64_t>(1, resident / insts)),
+                     "channels-last split (elementwise)"));
+    c.add(nhwc_split(f, s, dev, false, std::min(g.extent / rows, std::max<int64_t>(1, 16 * resident / insts)),
+                     "channels-last split (elementwise)"));
+  }
+}
+
+}  // namespace
+
+bool same_launch(const Launch& a, const Launch& b) {
+  return bytes_equal(a.config, b.config) && a.chunks == b.chunks && a.chunk_vectors == b.chunk_vectors &&
+         a.grid == b.grid && a.cooperative == b.cooperative;
+}
+
+std::vector<Launch> candidate_launches(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
+  CandidateList c{f, s, dev, {}};
+  // The default always comes first and is always kept, even in the unexpected case that the
+  // checks above would reject it: the autotuner's baseline is exactly what runs without it.
+  c.out.push_back(choose_launch(f, s, dev, policy));
+  if (f.layout == Layout::ncdhw)
+    ncdhw_candidates(c, policy);
+  else
+    nhwc_candidates(c, policy);
+  return c.out;
+}
+
+std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy) {
+  return enumerate_configs(f, policy, builtin_profile("H200"));
+}
+
+std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, const DeviceProfile& dev) {
+  // Mirrors choose_launch: the tiers (plus the split configs) x vector classes x index widths.
+  // Tiers depend on the device only through min_blocks, which is fixed per threads for the
+  // built-in register budgets on every supported GPU (65536 registers, >= 1536 threads per SM),
+  // and the streamed split's ring stages through the shared memory per SM.
+  std::vector<KernelConfig> out;
+  const int es = dtype_size(f.dtype);
+  if (f.layout == Layout::ndhwc) {
+    for (int vec = 16 / es; vec >= 1; vec /= 2)
+      for (bool idx64 : {false, true})
+        for (int lanes = 1; lanes <= (vec == 1 ? 32 : 8); lanes *= 2) {
+          for (int threads : kNhwcThreads) {
+            const int rows = threads / lanes;
+            if (policy == Policy::bounded) {
+              out.push_back(make_config(threads, lanes, kBoundedItems, vec, nhwc_min_blocks(threads, dev), true, idx64));
+            } else {
+              for (int items = 1; items <= 8; items *= 2)
+                if (rows * items >= 1)
+                  out.push_back(make_config(threads, lanes, items, vec, nhwc_min_blocks(threads, dev), true, idx64));
+            }
+          }
+          // The backward's tiers that sum the weight gradients in clusters (nhwc_cluster_tier).
+          for (int threads : kNhwcThreads)
+            for (int items = 1; items <= 8 && !idx64 && nhwc_cluster_applies(f, dev); items *= 2)
+              if (policy == Policy::exact || items == kBoundedItems)
+                out.push_back(make_config(threads, lanes, items, vec, nhwc_min_blocks(threads, dev), true, false, 0,
+                                          false, false, true));
+          const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
+          if (f.train) out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, true, idx64));
+          const int items = nhwc_streamed_items(f);
+          out.push_back(make_config(kNhwcSplitThreads, lanes, items, vec, mb, false, idx64,
+                                    ring_stages(f, kNhwcSplitThreads, items, vec, mb, dev)));
+          if (const int kept = nhwc_kept_stages(f, vec, dev))
+            out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, idx64, kept, true));
+        }
+    // Flat (16-byte vectors, lanes at run time): the same tiers and splits, one config each.
+    NhwcGeometry flat;
+    flat.vec = 16 / es;
+    flat.flat = true;
+    for (bool idx64 : {false, true}) {
+      for (int threads : kNhwcThreads)
+        for (int items = 1; items <= 8; items *= 2)
+          if (policy == Policy::exact || items == kBoundedItems)
+            out.push_back(nhwc_config(flat, threads, items, nhwc_min_blocks(threads, dev), true, idx64, 0));
+      const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
+      if (f.train) out.push_back(nhwc_config(flat, kNhwcSplitThreads, kBoundedItems, mb, true, idx64, 0));
+      const int items = nhwc_streamed_items(f);
+      out.push_back(nhwc_config(flat, kNhwcSplitThreads, items, mb, false, idx64,
+                                ring_stages(f, kNhwcSplitThreads, items, flat.vec, mb, dev)));
+    }
+  } else {
+  for (int vec = 16 / es; vec >= 1; vec /= 2) {
+    for (bool idx64 : {false, true}) {
+      for (const Tier& t : kTiers) {
+        if (!tier_allowed(t, f.direction)) continue;
+        const int mb = min_blocks_for(t.threads, f.direction, dev);
+        if (policy == Policy::bounded) {
+          out.push_back(make_config(t.threads, t.group, t.items, vec, mb, true, idx64));
+        } else {
+          for (int items = 1; items <= 8; items *= 2)
+            out.push_back(make_config(t.threads, t.group, items, vec, mb, true, idx64));
+        }
+      }
+      const int mb = min_blocks_for(kSplitThreads, f.direction, dev);
+      if (f.train) out.push_back(make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, true, idx64));
+      out.push_back(make_config(kSplitThreads, kSplitThreads, kBoundedItems, vec, mb, false, idx64,
+                                ring_stages(f, kSplitThreads, kBoundedItems, vec, mb, dev)));
+      for (int threads : resident_thread_choices())
+        if (resident_possible(f, vec, dev, threads)) out.push_back(resident_config(f, dev, threads, vec, idx64));
+    }
+  }
+  }
+  // Remove duplicates (the split cached config equals the 512 tier under the bounded policy).
+  std::vector<KernelConfig> unique;
+  for (const KernelConfig& c : out)
+    if (std::none_of(unique.begin(), unique.end(), [&](const KernelConfig& u) { return bytes_equal(u, c); }))
+      unique.push_back(c);
+  return unique;
+}
+
+}  // namespace normjit

@@ -1,0 +1,987 @@
+// The heuristics and the per-call validation, offline: vector-width classes, the 64-bit index
+// switch, tier order, split decisions for the big nnU-Net shapes, the bound on kernel configs
+// (every config choose_launch returns over a large random shape stream is one enumerate_configs
+// lists, for both policies and every built-in GPU, and every launch, default or autotune
+// candidate, meets its kernel's preconditions), zero-size inputs, and the error messages.
+// Pointers are fake: the runtime only reads their alignment.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "normjit/normjit.h"
+#include "runtime/call_keys.h"
+#include "runtime/keys.h"
+#include "schedule/device_profile.h"
+#include "schedule/heuristics.h"
+#include "test_call_args.h"
+
+using namespace normjit;
+
+namespace {
+
+Launch launch_for(const CallKeys& k, const std::string& device = "H200", Policy p = Policy::bounded) {
+  return choose_launch(k.fusion, k.shape, builtin_profile(device), p);
+}
+
+int vec_of(const Shape& s, DType dtype, Layout layout, int align = 256) {
+  const CallKeys k = forward_keys(fwd_args(s, dtype, layout, align));
+  return vector_width(k.shape, dtype, layout);
+}
+
+bool contains(const std::vector<KernelConfig>& v, const KernelConfig& c) {
+  return std::any_of(v.begin(), v.end(), [&](const KernelConfig& x) { return bytes_equal(x, c); });
+}
+
+// The message of the normjit::Error `f` throws ("" when it throws nothing).
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------- vector widths
+TEST(Heuristics, VectorWidthFollowsAlignmentAndSizes) {
+  const Shape big{2, 32, 64, 64, 64};
+  // 16-byte aligned: 8 halves, 4 floats per access.
+  EXPECT_EQ(vec_of(big, DType::f16, Layout::ncdhw), 8);
+  EXPECT_EQ(vec_of(big, DType::bf16, Layout::ncdhw), 8);
+  EXPECT_EQ(vec_of(big, DType::f32, Layout::ncdhw), 4);
+  // A pointer only aligned to 8, 4 or 2 bytes (a sliced tensor) narrows the vector.
+  EXPECT_EQ(vec_of(big, DType::f16, Layout::ncdhw, 8), 4);
+  EXPECT_EQ(vec_of(big, DType::f16, Layout::ncdhw, 4), 2);
+  EXPECT_EQ(vec_of(big, DType::f16, Layout::ncdhw, 2), 1);
+  EXPECT_EQ(vec_of(big, DType::f32, Layout::ncdhw, 8), 2);
+  EXPECT_EQ(vec_of(big, DType::f32, Layout::ncdhw, 4), 1);
+  // The spatial size must be a multiple of the vector (every instance starts aligned).
+  EXPECT_EQ(vec_of({2, 32, 33, 33, 33}, DType::f16, Layout::ncdhw), 1);  // odd
+  EXPECT_EQ(vec_of({2, 32, 7, 5, 3}, DType::f32, Layout::ncdhw), 1);
+  EXPECT_EQ(vec_of({2, 32, 2, 3, 5}, DType::f16, Layout::ncdhw), 2);  // 30 = 2 x 15
+  EXPECT_EQ(vec_of({2, 32, 4, 3, 5}, DType::f16, Layout::ncdhw), 4);  // 60 = 4 x 15
+  EXPECT_EQ(vec_of({2, 32, 8, 3, 5}, DType::f16, Layout::ncdhw), 8);
+  // Channels-last vectorises over C: an odd C is scalar whatever the spatial size.
+  EXPECT_EQ(vec_of({2, 32, 64, 64, 64}, DType::f16, Layout::ndhwc), 8);
+  EXPECT_EQ(vec_of({2, 33, 64, 64, 64}, DType::f16, Layout::ndhwc), 1);
+  EXPECT_EQ(vec_of({2, 36, 63, 63, 63}, DType::f16, Layout::ndhwc), 4);
+  EXPECT_EQ(vec_of({2, 320, 63, 63, 63}, DType::f32, Layout::ndhwc), 4);
+
+  // The chosen config carries the width, and a misaligned backward input narrows it too.
+  const CallKeys k = backward_keys(bwd_args(big, DType::f16, Layout::ncdhw, 2));
+  EXPECT_EQ(launch_for(k).config.vec, 1);
+  EXPECT_EQ(launch_for(backward_keys(bwd_args(big))).config.vec, 8);
+}
+
+TEST(Heuristics, PaddedBatchStrideNarrowsVector) {
+  // A padded batch stride that is not a multiple of the vector breaks instance alignment.
+  ForwardArgs a = fwd_args({2, 32, 16, 16, 16});
+  a.x.strides[0] = a.y.strides[0] = 32 * 4096 + 3;
+  const CallKeys k = forward_keys(a);
+  EXPECT_EQ(vector_width(k.shape, DType::f16, Layout::ncdhw), 1);
+}
+
+// Channels-last with C not a multiple of the 16-byte vector: flat super-rows of lcm(C, vec)
+// elements with 16-byte vectors where they apply, else the narrow vectors.
+TEST(Heuristics, ChannelsLastOddChannelsReadFlatSuperRows) {
+  struct Row {
+    Shape shape;
+    DType dtype;
+    int align;
+    bool flat;
+    int64_t extent;  // rows a sample's chunks cover: super-rows when flat, else positions
+  };
+  const int64_t v = 128 * 128 * 128;
+  const Row rows[] = {
+      {{2, 30, 128, 128, 128}, DType::f16, 256, true, v / 4},  // lcm 120: 15 lanes, 4 positions
+      {{2, 20, 128, 128, 128}, DType::f16, 256, true, v / 2},  // lcm 40: 5 lanes, 2 positions
+      {{2, 3, 64, 64, 64}, DType::f16, 256, true, 64 * 64 * 64 / 8},
+      {{2, 30, 64, 64, 64}, DType::f32, 256, true, 64 * 64 * 64 / 2},  // 4-float vectors: lcm 60
+      {{2, 30, 33, 33, 33}, DType::f16, 256, false, 33 * 33 * 33},     // 4 positions do not divide
+      {{2, 250, 16, 16, 16}, DType::f16, 256, false, 4096},            // 125 lanes: past a warp
+      {{2, 30, 64, 64, 64}, DType::f16, 8, false, 64 * 64 * 64},       // x only 8-byte aligned
+      {{2, 32, 64, 64, 64}, DType::f16, 256, false, 64 * 64 * 64},     // a multiple of 8: tiles
+  };
+  for (const Row& r : rows) {
+    for (bool forward : {true, false}) {
+      const CallKeys k = forward ? forward_keys(fwd_args(r.shape, r.dtype, Layout::ndhwc, r.align))
+                                 : backward_keys(bwd_args(r.shape, r.dtype, Layout::ndhwc, r.align));
+      const Launch l = launch_for(k);
+      SCOPED_TRACE(describe(k.fusion) + " C=" + std::to_string(r.shape[1]) + ": " + describe(l.config));
+      EXPECT_EQ(l.config.flat, r.flat);
+      if (r.flat) {
+        EXPECT_EQ(int(l.config.vec) * dtype_size(r.dtype), 16);
+        EXPECT_EQ(l.config.group, 0) << "flat lanes are a run-time value";
+        EXPECT_NE(kernel_name(k.fusion, l.config).find("gf"), std::string::npos);
+      }
+      EXPECT_GE(int64_t(l.chunks) * l.chunk_vectors, r.extent);
+      EXPECT_LT(int64_t(l.chunks - 1) * l.chunk_vectors, r.extent);
+    }
+  }
+  // A padded batch stride that leaves samples 16-byte misaligned keeps the narrow vectors.
+  ForwardArgs a = fwd_args({2, 30, 16, 16, 16}, DType::f16, Layout::ndhwc);
+  a.x.strides[0] = a.y.strides[0] = 30 * 4096 + 2;
+  EXPECT_FALSE(launch_for(forward_keys(a)).config.flat);
+}
+
+// ---------------------------------------------------------------------------- index width
+TEST(Heuristics, Index64PastTwoToThe31Elements) {
+  // 2^31 - 2^20 elements: 32-bit offsets suffice; 2^31 + 2^20: they do not.
+  const Shape below{1, 1, 1024, 1024, 2047}, above{1, 1, 1024, 1024, 2049};
+  for (DType dt : {DType::f32, DType::f16}) {
+    for (Layout layout : {Layout::ncdhw, Layout::ndhwc}) {
+      const CallKeys lo = forward_keys(fwd_args(below, dt, layout));
+      const CallKeys hi = forward_keys(fwd_args(above, dt, layout));
+      EXPECT_FALSE(needs_index64(lo.shape));
+      EXPECT_TRUE(needs_index64(hi.shape));
+      EXPECT_FALSE(launch_for(lo).config.index64);
+      EXPECT_TRUE(launch_for(hi).config.index64);
+    }
+  }
+  // The same holds when the size comes from many instances rather than one big one.
+  const CallKeys many = backward_keys(bwd_args({64, 320, 64, 64, 32}));  // 2^31 + 2^29 elements
+  EXPECT_TRUE(launch_for(many).config.index64);
+  const CallKeys fits = backward_keys(bwd_args({2, 32, 128, 128, 128}));
+  EXPECT_FALSE(launch_for(fits).config.index64);
+}
+
+// ------------------------------------------------------------------------------------ tiers
+namespace {
+int tier_rank(const std::string& tier) {
+  static const char* order[] = {"tiny",
+                                "small",
+                                "medium (CTA of 128)",
+                                "medium (CTA of 256)",
+                                "large (CTA of 512)",
+                                "large (CTA of 512, 8",
+                                "split, cached",
+                                "split, resident",
+                                "split, streamed"};
+  for (int i = 0; i < int(std::size(order)); ++i)
+    if (tier.rfind(order[i], 0) == 0) return i;
+  static const char* nhwc[] = {"channels-last small", "channels-last medium", "channels-last split, cached",
+                               "channels-last split, kept", "channels-last split, streamed"};
+  for (int i = 0; i < int(std::size(nhwc)); ++i)
+    if (tier.rfind(nhwc[i], 0) == 0) return 100 + i;
+  ADD_FAILURE() << "unknown tier '" << tier << "'";
+  return -1;
+}
+}  // namespace
+
+TEST(Heuristics, TierIsMonotoneInSize) {
+  // For a fixed vector class (spatial a multiple of 8), a larger instance never gets a smaller tier.
+  // The backward's two splits rank as one: which of them pays depends on the chunk count against
+  // the grid, not on size alone (resident_backward_pays). So do the channels-last forward's kept
+  // and streamed splits: the kept one applies by whether the tensor fits the CTAs' slots.
+  for (const char* device : {"H200", "A100", "L4"}) {
+    for (Layout layout : {Layout::ncdhw, Layout::ndhwc}) {
+      for (int dir = 0; dir < 2; ++dir) {
+        for (int64_t C : {32, 320}) {
+          int last = -1;
+          std::string last_tier;
+          for (int64_t spatial = 8; spatial <= (int64_t(1) << 24); spatial = spatial * 5 / 4 / 8 * 8 + 8) {
+            const Shape s{2, C, spatial};
+            const CallKeys k = dir == 0 ? forward_keys(fwd_args(s, DType::f16, layout))
+                                        : backward_keys(bwd_args(s, DType::f16, layout));
+            const Launch l = launch_for(k, device);
+            const bool resident_backward = dir == 1 && std::string(l.tier).rfind("split, resident", 0) == 0;
+            const bool kept = std::string(l.tier).rfind("channels-last split, kept", 0) == 0;
+            const int rank = resident_backward ? tier_rank("split, streamed")
+                             : kept            ? tier_rank("channels-last split, streamed")
+                                               : tier_rank(l.tier);
+            EXPECT_GE(rank, last) << device << " " << layout_name(layout) << " dir " << dir << " C " << C << " spatial "
+                                  << spatial << ": '" << l.tier << "' after '" << last_tier << "'";
+            last = std::max(last, rank);
+            last_tier = l.tier;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Heuristics, SmallInstancesShareACta) {
+  // nnU-Net's deepest stage: 640 instances of 64 elements, several per CTA.
+  const Launch l = launch_for(forward_keys(fwd_args({2, 320, 4, 4, 4})));
+  EXPECT_LE(l.config.group, 32);
+  EXPECT_GT(l.config.threads / l.config.group, 1);
+  EXPECT_FALSE(l.cooperative);
+  EXPECT_EQ(l.chunks, 1);
+}
+
+TEST(Heuristics, DeepBackwardSumsWeightGradsPerCta) {
+  // Where a CTA's groups can hold all N samples of their channels, the backward walks instances
+  // channel by channel and needs no grid-wide pass (no scratch, no grid counter).
+  for (const Shape& s : {Shape{2, 320, 4, 4, 4}, Shape{2, 320, 8, 8, 8}, Shape{1, 256, 16, 16, 16}}) {
+    const Launch l = launch_for(backward_keys(bwd_args(s)));
+    SCOPED_TRACE(std::to_string(s[0]) + "x" + std::to_string(s[1]) + "x" + std::to_string(s[2]) + ": " + l.tier);
+    EXPECT_TRUE(l.channel_major);
+    EXPECT_EQ(l.scratch, 0);
+    EXPECT_EQ(l.counters, 0);
+  }
+  // Not where a CTA holds one instance of N = 2, nor for splits, nor without affine, nor forward.
+  EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 256, 16, 16, 16}))).channel_major);
+  EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 32, 128, 128, 128}))).channel_major);
+  EXPECT_FALSE(launch_for(backward_keys(bwd_args({3, 320, 4, 4, 4}))).channel_major);  // 32 groups, N = 3
+  BackwardArgs plain = bwd_args({2, 320, 4, 4, 4});
+  plain.weight = plain.bias = TensorArg{};
+  plain.dweight = plain.dbias = nullptr;
+  EXPECT_FALSE(launch_for(backward_keys(plain)).channel_major);
+  EXPECT_FALSE(launch_for(forward_keys(fwd_args({2, 320, 4, 4, 4}))).channel_major);
+  // (Channels-last: ChannelsLastBackwardOf*.)
+}
+
+TEST(Heuristics, ChannelsLastBackwardOfOneSampleWritesWeightGradsPerCta) {
+  // N = 1: each (sample, channel tile) is its channels' only instance, so chunk 0 writes dweight
+  // and dbias itself, whether a CTA holds the unit or a split's exchange totals it.
+  for (const Shape& s : {Shape{1, 320, 4, 4, 4}, Shape{1, 32, 64, 64, 64}}) {
+    const Launch l = launch_for(backward_keys(bwd_args(s, DType::f16, Layout::ndhwc)));
+    SCOPED_TRACE(l.tier);
+    EXPECT_TRUE(l.channel_major);
+    EXPECT_EQ(l.scratch, 0);
+    EXPECT_EQ(l.counters, l.chunks > 1 ? 2 * s[1] + 1 : 0);  // the exchange's, where split
+  }
+  EXPECT_GT(launch_for(backward_keys(bwd_args({1, 32, 64, 64, 64}, DType::f16, Layout::ndhwc))).chunks, 1);
+  // Not for a split of N = 2, nor without affine.
+  EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 32, 64, 64, 64}, DType::f16, Layout::ndhwc))).channel_major);
+  BackwardArgs plain = bwd_args({1, 320, 4, 4, 4}, DType::f16, Layout::ndhwc);
+  plain.weight = plain.bias = TensorArg{};
+  plain.dweight = plain.dbias = nullptr;
+  EXPECT_FALSE(launch_for(backward_keys(plain)).channel_major);
+  EXPECT_EQ(launch_for(backward_keys(plain)).cluster, 1);
+}
+
+TEST(Heuristics, ChannelsLastBackwardOfSeveralSamplesSumsWeightGradsInClusters) {
+  // 2 <= N <= 8, one CTA per (sample, channel tile), sm_90: a cluster of the tile's N CTAs sums
+  // the weight gradients (no scratch, no grid counter, no last CTA's pass).
+  for (const Shape& s : {Shape{2, 320, 8, 8, 8}, Shape{2, 320, 4, 4, 4}, Shape{4, 128, 8, 8, 8}, Shape{8, 64, 4, 4, 4},
+                         Shape{3, 200, 5, 7, 11}}) {
+    for (const char* device : {"H100", "H200"}) {
+      const Launch l = launch_for(backward_keys(bwd_args(s, DType::f16, Layout::ndhwc)), device);
+      SCOPED_TRACE(std::string(device) + " N=" + std::to_string(s[0]) + " C=" + std::to_string(s[1]) + ": " + l.tier);
+      EXPECT_TRUE(l.channel_major);
+      EXPECT_TRUE(l.config.cluster);
+      EXPECT_EQ(l.cluster, s[0]);
+      EXPECT_EQ(l.chunks, 1);
+      EXPECT_EQ(l.grid % l.cluster, 0);
+      EXPECT_EQ(l.scratch, 0);
+      EXPECT_EQ(l.counters, 0);
+    }
+  }
+  // Not before sm_90 (A100: the last CTA's pass), nor past the portable cluster size, nor for a
+  // split, nor for the forward or the flat super-rows of C = 30.
+  const Launch a100 = launch_for(backward_keys(bwd_args({2, 320, 8, 8, 8}, DType::f16, Layout::ndhwc)), "A100");
+  EXPECT_FALSE(a100.channel_major);
+  EXPECT_EQ(a100.cluster, 1);
+  EXPECT_GT(a100.scratch, 0);
+  EXPECT_EQ(launch_for(backward_keys(bwd_args({9, 64, 4, 4, 4}, DType::f16, Layout::ndhwc))).cluster, 1);
+  EXPECT_EQ(launch_for(backward_keys(bwd_args({2, 32, 64, 64, 64}, DType::f16, Layout::ndhwc))).cluster, 1);
+  EXPECT_EQ(launch_for(forward_keys(fwd_args({2, 320, 8, 8, 8}, DType::f16, Layout::ndhwc))).cluster, 1);
+  EXPECT_EQ(launch_for(backward_keys(bwd_args({2, 30, 8, 8, 8}, DType::f16, Layout::ndhwc))).cluster, 1);
+  // NCDHW never launches clusters.
+  EXPECT_EQ(launch_for(backward_keys(bwd_args({2, 320, 8, 8, 8}))).cluster, 1);
+}
+
+// ---------------------------------------------------------------------------------- splits
+TEST(Heuristics, BigShapeForwardIsACooperativeSplit) {
+  // nnU-Net stage 0: 64 instances of 2M elements. With NORMJIT_SPLIT=registers each instance is
+  // split over co-resident CTAs that keep their tile in registers, the grid a whole number of
+  // instances. (The L4's 58 SMs cannot hold the 128 chunks of one instance: it streams.)
+  setenv("NORMJIT_SPLIT", "registers", 1);
+  struct Restore {
+    ~Restore() { unsetenv("NORMJIT_SPLIT"); }
+  } restore;
+  for (const char* name : {"H200", "H100", "A100"}) {
+    const DeviceProfile dev = builtin_profile(name);
+    const CallKeys k = forward_keys(fwd_args({2, 32, 128, 128, 128}));
+    const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+    SCOPED_TRACE(dev.name);
+    EXPECT_TRUE(l.cooperative);
+    EXPECT_GT(l.chunks, 1);
+    EXPECT_TRUE(l.config.cached) << l.tier;
+    EXPECT_EQ(std::string(l.tier), "split, cached in registers");
+    EXPECT_EQ(l.grid % l.chunks, 0);
+    EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
+    EXPECT_GE(l.chunks * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);  // chunks cover the instance
+    EXPECT_LE(l.chunk_vectors, int64_t(l.config.threads) * l.config.items);          // a chunk fits the tile
+    EXPECT_GT(l.partials, 0);
+    EXPECT_GT(l.counters, 0);
+  }
+}
+
+TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
+  // nnU-Net stage 0 on the big GPUs: two CTAs of 256 per SM in both directions, chunks of at most
+  // one shared-memory slot, the pipeline's deadlock-freedom condition (kernels/resident_split.cuh),
+  // slots within a CTA's share of the SM. The forward by default, the backward where it measured
+  // faster (resident_backward_pays: on the H200 (2,32,128^3) and (2,64,64^3), not
+  // (2,32,80,192,160)), and both with NORMJIT_SPLIT=resident. (The A100's
+  // backward slots, x and dy in 164 KB, are too small for 108 SMs to hold an instance.)
+  {
+    const DeviceProfile h200 = builtin_profile("H200");
+    auto backward_resident = [&](const Shape& s) {
+      const CallKeys k = backward_keys(bwd_args(s));
+      return choose_launch(k.fusion, k.shape, h200, Policy::bounded).config.resident;
+    };
+    EXPECT_TRUE(backward_resident({2, 32, 128, 128, 128}));
+    EXPECT_FALSE(backward_resident({2, 32, 80, 192, 160}));
+    EXPECT_TRUE(backward_resident({2, 64, 64, 64, 64}));
+  }
+  setenv("NORMJIT_SPLIT", "resident", 1);
+  struct Restore {
+    ~Restore() { unsetenv("NORMJIT_SPLIT"); }
+  } restore;
+  for (const char* name : {"H200", "H100", "A100"}) {
+    const DeviceProfile dev = builtin_profile(name);
+    for (int dir = 0; dir < (std::string(name) == "A100" ? 1 : 2); ++dir) {
+      const CallKeys k = dir == 0 ? forward_keys(fwd_args({2, 32, 128, 128, 128}))
+                                  : backward_keys(bwd_args({2, 32, 128, 128, 128}));
+      const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+      SCOPED_TRACE(dev.name + " " + describe(k.fusion) + ": " + l.tier + " " + describe(l.config));
+      ASSERT_TRUE(l.config.resident);
+      // The backward's 342 chunks an instance exceed the grid of 264: its slots refill early.
+      EXPECT_EQ(l.early_refill, l.chunks > l.grid);
+      EXPECT_EQ(std::string(l.tier), l.early_refill ? "split, resident in shared memory (pipelined, early refill)"
+                                                    : "split, resident in shared memory (pipelined)");
+      EXPECT_TRUE(l.cooperative);
+      EXPECT_FALSE(l.config.cached);
+      EXPECT_EQ(l.config.threads, 256);
+      EXPECT_EQ(l.config.min_blocks, 2);
+      EXPECT_EQ(l.grid, int64_t(dev.sms) * l.config.min_blocks);
+      EXPECT_GE(l.config.stages, 3);
+      EXPECT_LE(l.chunk_vectors, int64_t(l.config.threads) * l.config.items);
+      EXPECT_GE(l.chunks * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);
+      EXPECT_LT((l.chunks - 1) * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);
+      EXPECT_LE(l.chunks - 1, int64_t(l.config.stages - 2) * l.grid);
+      EXPECT_LE(ring_bytes(k.fusion, l.config) + 2048, dev.smem_per_sm / l.config.min_blocks);
+      // Thread j merges chunk j, in the backward also chunk j + threads.
+      EXPECT_LE(l.chunks, l.config.threads * (dir == 0 ? 1 : 2));
+      EXPECT_EQ(l.exchange, 1 + 2 * 64 * l.chunks);
+      EXPECT_GT(l.counters, 0);
+    }
+  }
+  // An instance of more chunks than a CTA of 256 merges (293 of 1792 vectors) takes the CTA of 512
+  // (147 chunks of 3584).
+  const Launch big = launch_for(forward_keys(fwd_args({1, 2, 64, 256, 256})));
+  EXPECT_TRUE(big.config.resident && big.config.threads == 512 && big.chunks == 147) << big.tier;
+  // Past the deadlock-freedom bound (one instance of 2^26 elements) it streams.
+  const CallKeys huge = forward_keys(fwd_args({1, 1, 1 << 26}));
+  EXPECT_FALSE(launch_for(huge).config.resident) << launch_for(huge).tier;
+  // Nor without 16-byte vectors (cp.async moves 16 bytes), nor channels-last, nor eval.
+  EXPECT_FALSE(launch_for(forward_keys(fwd_args({2, 32, 127, 127, 127}))).config.resident);
+  EXPECT_FALSE(launch_for(forward_keys(fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ndhwc))).config.resident);
+}
+
+// NORMJIT_RESIDENT_SLOTS is read once per process, so each setting runs in a fresh one (the
+// threadsafe death-test style re-executes the test binary).
+TEST(HeuristicsDeathTest, ResidentSlotsSetThePipelineDepth) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto depth_is = [](const char* value, int stages, int items) {
+    setenv("NORMJIT_RESIDENT_SLOTS", value, 1);
+    const Launch l = launch_for(forward_keys(fwd_args({2, 32, 128, 128, 128})));
+    const bool ok = l.config.resident && l.config.stages == stages && l.config.items == items &&
+                    l.chunks - 1 <= int64_t(stages - 2) * l.grid &&
+                    int64_t(stages) * l.config.items * l.config.threads * 16 + 2048 <= builtin_profile("H200").smem_per_sm;
+    std::exit(ok ? 0 : 1);
+  };
+  // H200, fp16 forward: the slots share ~225 KB, at most 8 vectors a thread.
+  EXPECT_EXIT(depth_is("3", 3, 8), testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(depth_is("6", 6, 4), testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(depth_is("9", 4, 7), testing::ExitedWithCode(0), "") << "out of range: the default";
+  EXPECT_EXIT(depth_is("two", 4, 7), testing::ExitedWithCode(0), "") << "not a number: the default";
+}
+
+TEST(Heuristics, BigShapeStreamsThroughL2) {
+  // NORMJIT_SPLIT=l2 (and the L4, whose 58 SMs hold too little of an instance) streams each chunk
+  // twice, sized so a round's reads fit in half the L2.
+  setenv("NORMJIT_SPLIT", "l2", 1);
+  struct Restore {
+    ~Restore() { unsetenv("NORMJIT_SPLIT"); }
+  } restore;
+  for (const char* name : {"H200", "H100", "A100", "L4"}) {
+    if (std::string(name) == "L4") unsetenv("NORMJIT_SPLIT");
+    const DeviceProfile dev = builtin_profile(name);
+    const CallKeys k = forward_keys(fwd_args({2, 32, 128, 128, 128}));
+    const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+    SCOPED_TRACE(dev.name);
+    EXPECT_TRUE(l.cooperative);
+    EXPECT_FALSE(l.config.cached);
+    EXPECT_FALSE(l.config.resident);
+    EXPECT_EQ(l.grid % l.chunks, 0);
+    EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
+    EXPECT_GE(l.chunks * l.chunk_vectors * l.config.vec, int64_t(128) * 128 * 128);
+    const int64_t round_bytes = l.grid * l.chunk_vectors * l.config.vec * 2;
+    EXPECT_LE(round_bytes, dev.l2_bytes / 2 + l.grid * l.config.threads * l.config.items * 16) << round_bytes;
+  }
+}
+
+TEST(Heuristics, BigShapeBackwardAndOtherSplits) {
+  const DeviceProfile h200 = builtin_profile("H200");
+  for (DType dt : {DType::f16, DType::f32}) {
+    for (Layout layout : {Layout::ncdhw, Layout::ndhwc}) {
+      const CallKeys k = backward_keys(bwd_args({2, 32, 128, 128, 128}, dt, layout));
+      const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + layout_name(layout) + ": " + l.tier);
+      EXPECT_GT(l.chunks, 1);
+      if (l.cooperative && !l.config.resident) {
+        EXPECT_EQ(l.grid % l.chunks, 0);
+        EXPECT_LE(l.grid, int64_t(h200.sms) * l.config.min_blocks);
+      }
+      EXPECT_GE(l.chunks * l.chunk_vectors * (layout == Layout::ncdhw ? l.config.vec : 1), int64_t(128) * 128 * 128);
+    }
+  }
+  // Eval is elementwise: split for parallelism, no exchange between chunks.
+  ForwardArgs e = fwd_args({2, 32, 128, 128, 128});
+  e.use_input_stats = false;
+  e.save_mean = e.save_rstd = nullptr;
+  e.running_mean = static_cast<float*>(fake_ptr(9));
+  e.running_var = static_cast<float*>(fake_ptr(10));
+  const Launch l = launch_for(forward_keys(e));
+  EXPECT_FALSE(l.cooperative);
+  EXPECT_FALSE(l.config.cached);
+  EXPECT_EQ(l.partials, 0);
+  EXPECT_GT(l.chunks, 1);
+  EXPECT_EQ(l.grid, 64 * l.chunks);
+}
+
+TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
+  // A channels-last training tensor that fits the L2 budget in few chunks still gets enough to
+  // fill the co-resident CTA slots (2 per SM on the H200), as long as a chunk keeps 2 tiles of
+  // 128 rows (the forward keeps them in shared memory where the tensor fits on chip); the workspace holds a pair per column per chunk plus the merged totals.
+  const DeviceProfile h200 = builtin_profile("H200");
+  struct Row {
+    Shape shape;
+    bool forward;
+    int chunks;
+    int64_t grid;
+  };
+  for (const Row& r : {Row{{2, 128, 32, 32, 32}, true, 66, 264}, Row{{2, 128, 32, 32, 32}, false, 66, 264},
+                       Row{{2, 256, 16, 16, 16}, true, 16, 128}, Row{{2, 256, 16, 16, 16}, false, 16, 128},
+                       Row{{2, 64, 64, 64, 64}, true, 132, 264}, Row{{2, 64, 64, 64, 64}, false, 132, 264}}) {
+    {
+      const bool forward = r.forward;
+      const CallKeys k = forward ? forward_keys(fwd_args(r.shape, DType::f16, Layout::ndhwc))
+                                 : backward_keys(bwd_args(r.shape, DType::f16, Layout::ndhwc));
+      const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
+      SCOPED_TRACE(std::to_string(r.shape[1]) + " channels, " + std::to_string(r.shape[2]) + "^3" +
+                   (forward ? " fwd" : " bwd"));
+      EXPECT_EQ(l.chunks, r.chunks);
+      EXPECT_EQ(l.grid, r.grid);
+      EXPECT_TRUE(l.cooperative);
+      const int64_t insts = l.grid / l.chunks, columns = 64;  // fp16: 8 lanes of 8 channels
+      EXPECT_EQ(l.partials, insts * (l.chunks + 1) * columns * 2);
+    }
+  }
+  // Where the L2 budget keeps an instance whole, it stays whole: one chunk needs no exchange.
+  // (8 channels: one 16-byte vector a row, 4096 positions, more than a CTA's registers hold; the
+  // forward keeps its 4 tiles in shared memory.)
+  const CallKeys k = forward_keys(fwd_args({2, 8, 16, 16, 16}, DType::f16, Layout::ndhwc));
+  const Launch l = choose_launch(k.fusion, k.shape, h200, Policy::bounded);
+  EXPECT_EQ(l.tier, std::string("channels-last split, kept in shared memory"));
+  EXPECT_EQ(l.chunks, 1);
+  EXPECT_FALSE(l.cooperative);
+}
+
+TEST(Heuristics, ChannelsLastForwardKeepsChunksOnChip) {
+  // The training forward of a channels-last tensor that fits in the CTAs' shared memory (the kept
+  // split, kernels/nhwc_ring.cuh): chunks of at most `stages` tiles, every CTA co-resident (one
+  // round), x read once, the launch's shared memory the slots its chunks fill. Not where it does
+  // not fit, not for the backward or eval, not for flat rows, not under NORMJIT_SPLIT=l2 or
+  // registers. Also where the chunks are fewer than the exchange's columns (every CTA reads every
+  // chunk's pairs): (2,256,16^3) and (3,72,20,21,22).
+  struct Row {
+    Shape shape;
+    DType dtype;
+    bool kept;
+  };
+  const Row rows[] = {
+      {{2, 128, 32, 32, 32}, DType::f16, true},   {{1, 64, 58, 58, 60}, DType::f16, true},
+      {{2, 16, 32, 32, 32}, DType::bf16, true},   {{1, 24, 40, 48, 37}, DType::f16, true},
+      {{2, 128, 32, 32, 32}, DType::f32, false},  // 32 MB: more than the slots
+      {{2, 64, 64, 64, 64}, DType::f16, false},   {{2, 32, 128, 128, 128}, DType::f16, false},
+      {{2, 30, 32, 32, 32}, DType::f16, false},   // flat super-rows
+      {{2, 320, 8, 8, 8}, DType::f16, false},     // a CTA holds a unit: the deep tier
+      {{2, 256, 16, 16, 16}, DType::f16, true},   {{3, 72, 20, 21, 22}, DType::f16, true},  // chunks < 64 columns
+  };
+  for (const char* device : {"H100", "H200", "A100"}) {
+    const DeviceProfile dev = builtin_profile(device);
+    for (const Row& r : rows) {
+      const CallKeys k = forward_keys(fwd_args(r.shape, r.dtype, Layout::ndhwc));
+      const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+      SCOPED_TRACE(std::string(device) + " " + dtype_name(r.dtype) + " C=" + std::to_string(r.shape[1]) + " " +
+                   l.tier);
+      EXPECT_TRUE(launchable(k.fusion, k.shape, l, dev));
+      if (std::string(device) == "A100" && r.kept) {  // 164 KB of shared memory an SM: 4 slots
+        if (l.config.resident) EXPECT_EQ(l.config.stages, 4);
+        continue;
+      }
+      EXPECT_EQ(l.config.resident, r.kept);
+      if (!r.kept) continue;
+      EXPECT_EQ(l.tier, std::string("channels-last split, kept in shared memory"));
+      EXPECT_EQ(l.config.stages, 6) << describe(l.config);  // 96 KB of each CTA's ~110
+      EXPECT_FALSE(l.config.cached);
+      const int64_t tile_rows = int64_t(l.config.threads / l.config.group) * l.config.items;
+      EXPECT_LE(l.chunk_vectors, l.config.stages * tile_rows);
+      const int64_t tiles = (l.chunk_vectors + tile_rows - 1) / tile_rows;
+      EXPECT_EQ(l.smem_bytes, tiles * ring_bytes(k.fusion, l.config) / l.config.stages);
+      const int64_t units = r.shape[0] * ((r.shape[1] + l.config.group * l.config.vec - 1) / (l.config.group * l.config.vec));
+      EXPECT_EQ(l.grid, units * l.chunks) << "one round";
+      EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
+      EXPECT_GT(l.partials, 0);
+      // The backward and eval stream; so does the forward under NORMJIT_SPLIT=l2 or registers.
+      FusionKey b = k.fusion;
+      b.direction = Direction::backward;
+      b.save = false;
+      EXPECT_FALSE(choose_launch(b, k.shape, dev, Policy::bounded).config.resident);
+      FusionKey e = k.fusion;
+      e.train = false;
+      e.save = false;
+      EXPECT_FALSE(choose_launch(e, k.shape, dev, Policy::bounded).config.resident);
+      for (const char* mode : {"l2", "registers"}) {
+        setenv("NORMJIT_SPLIT", mode, 1);
+        const Launch m = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+        unsetenv("NORMJIT_SPLIT");
+        EXPECT_FALSE(m.config.resident) << mode;
+      }
+      // A launch whose chunks exceed the slots is refused.
+      Launch big = l;
+      big.chunks = std::max(1, l.chunks / 2);
+      big.chunk_vectors = (l.chunk_vectors * l.chunks + big.chunks - 1) / big.chunks;
+      if (big.chunk_vectors > l.config.stages * tile_rows) EXPECT_FALSE(launchable(k.fusion, k.shape, big, dev));
+    }
+  }
+}
+
+TEST(Heuristics, ChannelsLastDeepStagesNarrowTheChannelTiles) {
+  // Few positions and many channels: at 8 vectors a tile (64 fp16 channels) (2,320,8^3) had 10
+  // units; tiles of fewer lanes give more units, each held whole by one CTA (no exchange), until
+  // the grid has a CTA per SM or a row would be narrower than a 32-byte sector. The backward
+  // narrows as the forward where it ends without the last CTA's weight-gradient pass (one sample,
+  // or 2-8 in clusters on sm_90); with more samples, only where no CTA holds a unit at the
+  // natural width (`natural_grid` > 0: it keeps that CTA of 256 and 8 lanes).
+  struct Row {
+    Shape shape;
+    DType dtype;
+    int threads, lanes;
+    int64_t grid, natural_grid = 0;
+  };
+  for (const Row& r : {Row{{2, 320, 8, 8, 8}, DType::f16, 256, 2, 40},   // 512 positions: 128 rows x 4
+                       Row{{2, 320, 4, 4, 4}, DType::f16, 64, 2, 40},  // 64 positions: a CTA of 64
+                       Row{{1, 320, 4, 4, 4}, DType::bf16, 64, 2, 20},
+                       Row{{2, 320, 8, 8, 8}, DType::f32, 256, 2, 80},   // 2 x 4 floats a row
+                       Row{{2, 321, 4, 4, 4}, DType::f16, 256, 16, 42},  // 2-byte vectors: 16 lanes a row
+                       Row{{16, 320, 4, 4, 4}, DType::f16, 64, 4, 160, 80},  // a CTA per SM at 4 lanes
+                       Row{{4, 256, 8, 8, 8}, DType::bf16, 256, 2, 64}}) {
+    for (bool forward : {true, false}) {
+      const CallKeys k = forward ? forward_keys(fwd_args(r.shape, r.dtype, Layout::ndhwc))
+                                 : backward_keys(bwd_args(r.shape, r.dtype, Layout::ndhwc));
+      const Launch l = launch_for(k, "H100");
+      SCOPED_TRACE(describe(l.config) + (forward ? " fwd " : " bwd ") + std::to_string(r.shape[0]) + "x" +
+                   std::to_string(r.shape[1]) + "x" + std::to_string(r.shape[2]));
+      const bool natural = !forward && r.natural_grid > 0;
+      EXPECT_EQ(l.config.threads, natural ? 256 : r.threads);
+      EXPECT_EQ(l.config.group, natural ? 8 : r.lanes);
+      EXPECT_EQ(l.grid, natural ? r.natural_grid : r.grid);
+      EXPECT_EQ(l.chunks, 1);
+      EXPECT_TRUE(l.config.cached);
+      EXPECT_FALSE(l.cooperative);
+    }
+  }
+  // Bigger volumes keep the natural width: a unit is more than a CTA holds at any width.
+  EXPECT_EQ(launch_for(forward_keys(fwd_args({2, 128, 32, 32, 32}, DType::f16, Layout::ndhwc)), "H100").config.group, 8);
+  EXPECT_EQ(launch_for(forward_keys(fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ndhwc)), "H100").config.group,
+            4);
+  // Enough units at the natural width: no narrowing.
+  EXPECT_EQ(launch_for(forward_keys(fwd_args({256, 64, 4, 4, 4}, DType::f16, Layout::ndhwc)), "H100").config.group, 8);
+  // Where the backward keeps the pass (the A100 has no clusters) it keeps the natural width; the
+  // backward without weights has none, there too.
+  const BackwardArgs deep = bwd_args({2, 320, 4, 4, 4}, DType::f16, Layout::ndhwc);
+  EXPECT_EQ(launch_for(backward_keys(deep), "A100").config.group, 8);
+  BackwardArgs plain = deep;
+  plain.weight = plain.bias = TensorArg{};
+  plain.dweight = plain.dbias = nullptr;
+  EXPECT_EQ(launch_for(backward_keys(plain), "A100").config.group, 2);
+  EXPECT_EQ(launch_for(backward_keys(plain), "H100").config.group, 2);
+  EXPECT_EQ(launch_for(backward_keys(plain), "H100").cluster, 1);
+}
+
+// ----------------------------------------------------------------- the bound on kernel configs
+namespace {
+
+struct Rng {
+  std::mt19937_64 g;
+  explicit Rng(uint64_t seed) : g(seed) {}
+  int64_t uniform(int64_t lo, int64_t hi) { return lo + int64_t(g() % uint64_t(hi - lo + 1)); }
+  bool coin(int percent = 50) { return uniform(0, 99) < percent; }
+  template <typename T>
+  T pick(std::initializer_list<T> v) {
+    return v.begin()[uniform(0, int64_t(v.size()) - 1)];
+  }
+};
+
+int64_t random_size(Rng& r) {
+  switch (r.uniform(0, 5)) {
+    case 0:
+      return 1;
+    case 1:
+      return r.pick<int64_t>({2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 251, 509, 1021, 2039});  // primes
+    case 2:
+      return int64_t(1) << r.uniform(0, 9);
+    case 3:
+      return r.uniform(1, 48);
+    case 4:
+      return r.uniform(32, 192);
+    default:
+      return r.uniform(100, 700);
+  }
+}
+
+}  // namespace
+
+TEST(Heuristics, EveryChosenConfigIsEnumerated) {
+  Rng r(12345);
+  const std::vector<DeviceProfile> devices = builtin_profiles();
+  size_t checked = 0, huge = 0;
+  // Distinct (fusion, config) pairs seen, per policy.
+  std::vector<std::pair<FusionKey, KernelConfig>> seen[2];
+  std::map<std::string, int> tiers;  // launches checked per size tier
+  for (int i = 0; i < 10000; ++i) {
+    const int dims = int(r.uniform(1, 3));
+    Shape s{r.coin(80) ? r.uniform(1, 4) : random_size(r),
+            r.coin(50) ? r.pick<int64_t>({32, 64, 128, 256, 320}) : random_size(r)};
+    for (int d = 0; d < dims; ++d) s.push_back(random_size(r));
+    if (r.coin(3)) {  // now and then a shape past 2^31 elements
+      s = {r.uniform(1, 4), r.pick<int64_t>({1, 3, 32, 320}), r.uniform(1000, 1400), r.uniform(1000, 1400),
+           r.uniform(1000, 1400)};
+      ++huge;
+    }
+    const DType dt = r.pick({DType::f32, DType::f16, DType::bf16});
+    const Layout layout = r.coin() ? Layout::ncdhw : Layout::ndhwc;
+    const int align = r.pick({256, 256, 256, 8, 4, 2});
+    const bool backward = r.coin();
+    const bool affine = r.coin(70);
+    const DType wdt = r.coin() ? DType::f32 : dt;
+    const Activation act = Activation(r.uniform(0, int(Activation::tanh)));
+    const bool residual = r.coin(20);
+
+    CallKeys k;
+    try {
+      if (!backward) {
+        ForwardArgs a = fwd_args(s, dt, layout, align);
+        const bool eval = r.coin(20);
+        int64_t spatial = 1;
+        for (size_t d = 2; d < s.size(); ++d) spatial *= s[d];
+        if (spatial <= 1 && !eval) continue;  // training needs more than one element (tested below)
+        if (!affine)
+          a.weight = a.bias = TensorArg();
+        else
+          a.weight.dtype = a.bias.dtype = wdt;
+        if (residual) a.residual = make_tensor(fake_ptr(11, align), dt, s, layout);
+        if (eval || r.coin(20)) {
+          a.running_mean = static_cast<float*>(fake_ptr(9));
+          a.running_var = static_cast<float*>(fake_ptr(10));
+        }
+        if (eval) a.use_input_stats = false, a.save_mean = a.save_rstd = nullptr;
+        a.activation = act;
+        k = forward_keys(a);
+      } else {
+        int64_t spatial = 1;
+        for (size_t d = 2; d < s.size(); ++d) spatial *= s[d];
+        if (spatial <= 1) continue;
+        BackwardArgs a = bwd_args(s, dt, layout, align);
+        if (!affine)
+          a.weight = a.bias = TensorArg(), a.dweight = a.dbias = nullptr;
+        else
+          a.weight.dtype = a.bias.dtype = wdt;
+        if (residual) a.residual = make_tensor(fake_ptr(11, align), dt, s, layout);
+        a.activation = act;
+        k = backward_keys(a);
+      }
+    } catch (const Error& e) {
+      ADD_FAILURE() << "valid call rejected: " << e.what();
+      continue;
+    }
+    if (k.empty) continue;
+    const DeviceProfile& dev = devices[size_t(i) % devices.size()];
+    for (Policy p : {Policy::bounded, Policy::exact}) {
+      const Launch l = choose_launch(k.fusion, k.shape, dev, p);
+      const std::vector<KernelConfig> all = enumerate_configs(k.fusion, p, dev);
+      ASSERT_TRUE(contains(all, l.config))
+          << "choose_launch returned a config enumerate_configs does not list (" << policy_name(p) << ", " << dev.name
+          << "): " << describe(k.fusion) << " / " << describe(l.config) << " for N=" << k.shape.N << " C=" << k.shape.C
+          << " spatial=" << k.shape.spatial;
+      EXPECT_GE(l.grid, 1);
+      EXPECT_GE(l.chunks, 1);
+      if (l.cooperative) {
+        EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
+      }
+      // The kernel's preconditions (a launch that breaks one hangs or computes garbage on the GPU),
+      // for the default and for every launch autotune may time.
+      ++tiers[l.tier];
+      EXPECT_TRUE(launchable(k.fusion, k.shape, l, dev))
+          << "choose_launch returned a launch its kernel cannot run (" << policy_name(p) << ", " << dev.name
+          << "): " << describe(k.fusion) << " / " << describe(l.config) << " " << l.tier << ", chunks " << l.chunks
+          << " of " << l.chunk_vectors << " vectors, grid " << l.grid << ", for N=" << k.shape.N
+          << " C=" << k.shape.C << " spatial=" << k.shape.spatial;
+      if (i % 10 == 0)
+        for (const Launch& c : candidate_launches(k.fusion, k.shape, dev, p))
+          EXPECT_TRUE(launchable(k.fusion, k.shape, c, dev)) << c.tier << " for " << describe(k.fusion);
+      auto& v = seen[int(p)];
+      if (std::none_of(v.begin(), v.end(), [&](const auto& x) {
+            return bytes_equal(x.first, k.fusion) && bytes_equal(x.second, l.config);
+          }))
+        v.emplace_back(k.fusion, l.config);
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 8000u);
+  EXPECT_GT(huge, 100u);
+  EXPECT_GT(tiers["split, resident in shared memory (pipelined)"], 100);  // the sweep reaches the splits
+  EXPECT_GT(tiers["channels-last split, streamed twice"], 100);
+  std::printf(
+      "[ stream   ] %zu calls checked (%zu past 2^31 elements); distinct (fusion, config): bounded %zu, exact %zu\n",
+      checked, huge, seen[0].size(), seen[1].size());
+  for (const auto& [tier, n] : tiers) std::printf("[ stream   ] %6d launches: %s\n", n, tier.c_str());
+}
+
+TEST(Heuristics, BoundedSetSizes) {
+  // The bound on compiles per fusion and GPU arch that the README documents. If a heuristics change
+  // moves these numbers, update the README's "When does normjit compile?" table with them.
+  struct Row {
+    Direction d;
+    Layout layout;
+    DType dtype;
+    bool train;
+    size_t bounded;
+  };
+  const Row rows[] = {
+      // Training NCDHW: + the resident split for the 16-byte class, 32- and 64-bit indexing.
+      // The resident split has two CTA sizes (256, and 512 for larger instances).
+      {Direction::forward, Layout::ncdhw, DType::f16, true, 60},
+      {Direction::forward, Layout::ncdhw, DType::f32, true, 46},
+      {Direction::forward, Layout::ncdhw, DType::f16, false, 56},
+      {Direction::backward, Layout::ncdhw, DType::f16, true, 60},
+      {Direction::backward, Layout::ncdhw, DType::f32, true, 46},
+      // Channels-last: 16 lane/vector classes x (2 tiers + 2 splits) x 2 index widths, + the flat
+      // super-row configs (lanes at run time: 3 per index width).
+      // The training forward: + the kept split for the 16-byte class (4 lane counts x 2 index widths).
+      {Direction::forward, Layout::ndhwc, DType::f16, true, 122},
+      {Direction::forward, Layout::ndhwc, DType::f32, true, 98},
+      {Direction::forward, Layout::ndhwc, DType::f16, false, 114},
+      // The backward with weight gradients (sm_90): + the tiers' cluster variants, 32-bit indexing
+      // (18 lane/vector classes for fp16, 14 for fp32, x 2 tiers).
+      {Direction::backward, Layout::ndhwc, DType::f16, true, 150},
+      {Direction::backward, Layout::ndhwc, DType::f32, true, 118},
+  };
+  std::printf("[ bound    ] configs per fusion (bounded / exact):\n");
+  for (const Row& row : rows) {
+    const FusionKey f = make_fusion(row.d, row.dtype, DType::f32, row.layout, row.train, true, false, false,
+                                    row.train && row.d == Direction::forward, Activation::identity);
+    const size_t bounded = enumerate_configs(f, Policy::bounded).size();
+    const size_t exact = enumerate_configs(f, Policy::exact).size();
+    std::printf("[ bound    ]   %-48s %4zu / %4zu\n", describe(f).c_str(), bounded, exact);
+    EXPECT_EQ(bounded, row.bounded) << describe(f);
+    EXPECT_GE(exact, bounded) << describe(f);
+    // The bound does not depend on the epilogue (activation, residual, affine dtype, bf16 vs f16),
+    // except that a residual's channels-last backward has no cluster variants (they spilled:
+    // heuristics nhwc_cluster_tier).
+    const FusionKey g = make_fusion(row.d, row.dtype == DType::f16 ? DType::bf16 : row.dtype, row.dtype, row.layout,
+                                    row.train, true, true, false, false, Activation::silu);
+    const auto f_configs = enumerate_configs(f, Policy::bounded);
+    const size_t clustered = size_t(std::count_if(f_configs.begin(), f_configs.end(),
+                                                  [](const KernelConfig& c) { return c.cluster; }));
+    EXPECT_EQ(clustered, row.layout == Layout::ndhwc && row.d == Direction::backward ? (row.dtype == DType::f16 ? 36u : 28u)
+                                                                                     : 0u)
+        << describe(f);
+    EXPECT_EQ(enumerate_configs(g, Policy::bounded).size(), bounded - clustered) << describe(g);
+    // No duplicates.
+    const auto all = enumerate_configs(f, Policy::bounded);
+    for (size_t i = 0; i < all.size(); ++i)
+      for (size_t j = i + 1; j < all.size(); ++j) EXPECT_FALSE(bytes_equal(all[i], all[j])) << describe(all[i]);
+  }
+}
+
+// The shared-memory ring of streamed kernels: only where the device has room for min_blocks CTAs
+// of it (else the cooperative launch would not be co-resident), only for 16-byte vectors (cp.async
+// copies 16 bytes), and on every built-in GPU the big NCDHW shapes get one where memory allows.
+TEST(Heuristics, RingFitsTheDeviceSharedMemory) {
+  size_t rings = 0;
+  for (const DeviceProfile& dev : builtin_profiles()) {
+    for (Direction d : {Direction::forward, Direction::backward})
+      for (Layout layout : {Layout::ncdhw, Layout::ndhwc})
+        for (DType dt : {DType::f32, DType::f16, DType::bf16})
+          for (bool residual : {false, true}) {
+            const FusionKey f = make_fusion(d, dt, DType::f32, layout, true, true, residual,
+                                            false, d == Direction::forward, Activation::leaky_relu);
+            for (const KernelConfig& c : enumerate_configs(f, Policy::bounded, dev)) {
+              if (c.stages == 0) {
+                EXPECT_EQ(ring_bytes(f, c), 0);
+                continue;
+              }
+              ++rings;
+              EXPECT_FALSE(c.cached) << describe(c);
+              if (layout == Layout::ncdhw) EXPECT_EQ(c.group, c.threads) << describe(c);
+              EXPECT_EQ(int(c.vec) * dtype_size(dt), 16) << describe(c);
+              EXPECT_GE(c.stages, c.resident && layout == Layout::ndhwc ? 1 : 2) << describe(c);
+              EXPECT_EQ(ring_bytes(f, c), int64_t(c.stages) * ring_tensors(f) * c.items * c.threads * 16);
+              // min_blocks CTAs of it, each with ~1 KB reserved by the driver and small static smem;
+              // the channels-last forward's column sums besides (a float per thread and vector
+              // element). The channels-last backward has no ring.
+              if (layout == Layout::ndhwc) EXPECT_EQ(d, Direction::forward) << describe(c);
+              const int64_t column_sums = layout == Layout::ndhwc ? int64_t(c.threads) * c.vec * 4 : 0;
+              EXPECT_LE(int64_t(c.min_blocks) * (ring_bytes(f, c) + 2048 + column_sums), dev.smem_per_sm)
+                  << dev.name << ": " << describe(f) << " / " << describe(c);
+            }
+          }
+  }
+  EXPECT_GT(rings, 0u);
+  // The (2,32,128^3) fp16 training forward: the resident split's 4 slots of 7 vectors per thread
+  // in each of two CTAs of 256 on the H200; with NORMJIT_SPLIT=l2 it streams through a ring of 3
+  // stages.
+  ForwardArgs a = fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ncdhw, 256);
+  const CallKeys k = forward_keys(a);
+  const Launch r = choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded);
+  EXPECT_TRUE(r.config.resident);
+  EXPECT_EQ(ring_bytes(k.fusion, r.config), 4 * 7 * 256 * 16);
+  setenv("NORMJIT_SPLIT", "l2", 1);
+  const Launch l = choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded);
+  unsetenv("NORMJIT_SPLIT");
+  EXPECT_EQ(l.config.stages, 3) << describe(l.config);
+  EXPECT_EQ(ring_bytes(k.fusion, l.config), 3 * 4 * 512 * 16);
+  // Channels-last, the same shape: the forward streams x through 3 stages, two CTAs of 256 per
+  // SM; the backward loads its tiles into registers.
+  const CallKeys kc = forward_keys(fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ndhwc, 256));
+  const Launch fc = choose_launch(kc.fusion, kc.shape, builtin_profile("H200"), Policy::bounded);
+  EXPECT_EQ(ring_bytes(kc.fusion, fc.config), 3 * 1 * 4 * 256 * 16) << describe(fc.config);
+  FusionKey bf = kc.fusion;
+  bf.direction = Direction::backward;
+  bf.save = false;
+  const Launch bc = choose_launch(bf, kc.shape, builtin_profile("H200"), Policy::bounded);
+  EXPECT_EQ(bc.config.stages, 0) << describe(bc.config);
+  EXPECT_FALSE(bc.config.cached) << describe(bc.config);
+}
+
+// ------------------------------------------------------------------------------- zero sizes
+// make_tensor gives PyTorch's strides, which treat a size-0 dim as size 1 ((2,32,8,8,0) has
+// strides (2048,64,8,1,1)); contiguous_tensor() multiplies the sizes as they are.
+TEST(Validation, ZeroSizeShapesGiveEmptyKeys) {
+  for (const Shape& s :
+       {Shape{0, 32, 8, 8, 8}, Shape{2, 0, 8, 8, 8}, Shape{2, 32, 0, 8, 8}, Shape{2, 32, 8, 8, 0}, Shape{0, 0, 0}}) {
+    for (Layout layout : {Layout::ncdhw, Layout::ndhwc}) {
+      EXPECT_TRUE(forward_keys(fwd_args(s, DType::f16, layout)).empty);
+      EXPECT_TRUE(backward_keys(bwd_args(s, DType::f16, layout)).empty);
+    }
+  }
+  EXPECT_FALSE(forward_keys(fwd_args({1, 1, 2})).empty);
+  ForwardArgs a = fwd_args({2, 32, 8, 8, 8});
+  a.x = contiguous_tensor(fake_ptr(0), DType::f16, {2, 32, 8, 0, 8});
+  a.y = contiguous_tensor(fake_ptr(1), DType::f16, {2, 32, 8, 0, 8});
+  EXPECT_TRUE(forward_keys(a).empty);
+}
+
+// ----------------------------------------------------------------------------- error messages
+TEST(Validation, ErrorsNameTheProblem) {
+  auto expect_error = [](const std::string& msg, std::initializer_list<const char*> parts) {
+    ASSERT_FALSE(msg.empty()) << "expected a normjit::Error";
+    for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
+  };
+  const Shape s{2, 32, 8, 8, 8};
+
+  {  // wrong number of dims
+    ForwardArgs a = fwd_args({2, 32});
+    expect_error(error_of([&] { forward_keys(a); }), {"x must have 3 to 5 dims", "got 2 dims"});
+    BackwardArgs b = bwd_args({2, 32, 4, 4, 4});
+    b.x.ndim = 6;
+    expect_error(error_of([&] { backward_keys(b); }), {"x must have 3 to 5 dims"});
+  }
+  {  // y in another memory format
+    ForwardArgs a = fwd_args(s);
+    a.y = make_tensor(fake_ptr(1), DType::f16, s, Layout::ndhwc);
+    expect_error(error_of([&] { forward_keys(a); }), {"y has strides", "expected x's strides", "same memory format"});
+    BackwardArgs b = bwd_args(s);
+    b.dy = make_tensor(fake_ptr(1), DType::f16, s, Layout::ndhwc);
+    expect_error(error_of([&] { backward_keys(b); }), {"dy has strides"});
+  }
+  {  // y with other sizes or dtype
+    ForwardArgs a = fwd_args(s);
+    a.y = make_tensor(fake_ptr(1), DType::f16, {2, 32, 8, 8, 4}, Layout::ncdhw);
+    expect_error(error_of([&] { forward_keys(a); }), {"y has sizes", "expected x's sizes"});
+    a = fwd_args(s);
+    a.y.dtype = DType::f32;
+    expect_error(error_of([&] { forward_keys(a); }), {"y is f32", "expected x's dtype f16"});
+  }
+  {  // weight size mismatch
+    ForwardArgs a = fwd_args(s);
+    a.weight.sizes[0] = 16;
+    expect_error(error_of([&] { forward_keys(a); }), {"weight has 16 elements", "expected C = 32"});
+    BackwardArgs b = bwd_args(s);
+    b.bias.sizes[0] = 31;
+    expect_error(error_of([&] { backward_keys(b); }), {"bias has 31 elements", "expected C = 32"});
+    a = fwd_args(s);
+    a.bias = TensorArg();
+    expect_error(error_of([&] { forward_keys(a); }), {"weight and bias must be given together"});
+    a = fwd_args(s, DType::f16);
+    a.weight.dtype = a.bias.dtype = DType::bf16;
+    expect_error(error_of([&] { forward_keys(a); }), {"weight is bf16", "expected float32 or x's dtype f16"});
+  }
+  {  // eval without running statistics
+    ForwardArgs a = fwd_args(s);
+    a.use_input_stats = false;
+    expect_error(error_of([&] { forward_keys(a); }), {"eval mode", "needs running_mean and running_var"});
+    a.running_mean = static_cast<float*>(fake_ptr(9));
+    expect_error(error_of([&] { forward_keys(a); }), {"running_mean and running_var must be given together"});
+  }
+  {  // one spatial element in training
+    ForwardArgs a = fwd_args({2, 32, 1, 1, 1});
+    expect_error(error_of([&] { forward_keys(a); }), {"more than 1 spatial element", "[2, 32, 1, 1, 1]"});
+    BackwardArgs b = bwd_args({2, 32, 1});
+    expect_error(error_of([&] { backward_keys(b); }), {"more than 1 spatial element"});
+    // ... but eval is fine with a single element.
+    a.use_input_stats = false;
+    a.save_mean = a.save_rstd = nullptr;
+    a.running_mean = static_cast<float*>(fake_ptr(9));
+    a.running_var = static_cast<float*>(fake_ptr(10));
+    EXPECT_FALSE(forward_keys(a).empty);
+  }
+  {  // unsupported strides: spatial dims transposed, or a gap inside the spatial dims
+    ForwardArgs a = fwd_args(s);
+    std::swap(a.x.strides[3], a.x.strides[4]);
+    a.y.strides[3] = a.x.strides[3], a.y.strides[4] = a.x.strides[4];
+    expect_error(error_of([&] { forward_keys(a); }), {"x has unsupported strides", "NCDHW", "NDHWC", "contiguous"});
+    a = fwd_args(s);
+    a.x.strides[4] = 2;
+    expect_error(error_of([&] { forward_keys(a); }), {"x has unsupported strides"});
+  }
+  {  // backward without saved statistics; dweight without weight; dresidual without residual
+    BackwardArgs b = bwd_args(s);
+    b.save_rstd = nullptr;
+    expect_error(error_of([&] { backward_keys(b); }), {"needs save_mean and save_rstd"});
+    b = bwd_args(s);
+    b.weight = b.bias = TensorArg();
+    expect_error(error_of([&] { backward_keys(b); }), {"dweight/dbias requested without weight and bias"});
+    b = bwd_args(s);
+    b.dresidual = make_tensor(fake_ptr(12), DType::f16, s, Layout::ncdhw);
+    expect_error(error_of([&] { backward_keys(b); }), {"dresidual was given but the forward had no residual"});
+  }
+  {  // negative eps, unknown activation, null data
+    ForwardArgs a = fwd_args(s);
+    a.eps = -1;
+    expect_error(error_of([&] { forward_keys(a); }), {"eps must be a finite number >= 0"});
+    a = fwd_args(s);
+    a.activation = Activation(200);
+    expect_error(error_of([&] { forward_keys(a); }), {"unknown activation code 200"});
+    a = fwd_args(s);
+    a.x.data = nullptr;
+    expect_error(error_of([&] { forward_keys(a); }), {"x has a null data pointer"});
+  }
+  // Messages say where they come from.
+  EXPECT_EQ(error_of([&] { forward_keys(fwd_args({2, 32})); }).rfind("normjit", 0), 0u);
+}
