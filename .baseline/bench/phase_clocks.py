@@ -89,10 +89,15 @@ def summarize(lines):
     starts and ends, as text lines."""
     groups = {}
     segment = 0  # the lines between two other lines (phase_clocks' headers): one launch of a kernel
+    warm_up = False  # after a "warm-up calls" header: left out, so that only measured launches count
     for line in lines:
         r = parse_nhwc_line(line)
         if r is None:
             segment += 1
+            if line.startswith("phase_clocks:"):
+                warm_up = "warm-up calls" in line
+            continue
+        if warm_up:
             continue
         r["segment"] = segment
         groups.setdefault((r["kernel"], r["chunks"], r["grid"]), []).append(r)

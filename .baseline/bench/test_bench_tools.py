@@ -820,6 +820,10 @@ def test_phase_clocks_splits_the_arrivals_into_skew_and_round_trip():
     # The same instance in another launch (after a header line) is its own instance.
     again = rows[:2] + ["phase_clocks: measured calls", line(0, 0, 90000, 91000), line(1, 0, 90000, 91000)]
     assert "mean wait 1.50 µs = skew 0.50 + round trip 1.00" in phase_clocks.summarize(again)[1]
+    # A warm-up launch's lines (which the device may print too) are left out.
+    warm = ["phase_clocks: 2,4,8 fp16 ndhwc, warm-up calls", line(0, 0, 0, 9000), line(1, 0, 0, 9000)]
+    assert phase_clocks.summarize(warm + again[2:]) == phase_clocks.summarize(again[3:])
+    assert phase_clocks.summarize(warm) == []
 
 
 if __name__ == "__main__":

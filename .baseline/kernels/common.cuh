@@ -217,17 +217,25 @@ __device__ __forceinline__ void group_sum(float (&v)[K], float* smem /* K * NJ_W
 // the peers of an instance always run at the same time. Counters return to zero on exit: the last
 // CTA to leave an instance resets them, which keeps the workspace valid for the next launch and
 // for CUDA-graph replays.
-__device__ __forceinline__ unsigned volatile_load(const unsigned* p) {
-  return *reinterpret_cast<const volatile unsigned*>(p);
+// The arrival is a release (it orders every write that happens before it, including the other
+// threads' writes ordered by a preceding __syncthreads, before the count) and the poll an
+// acquire (reads after it see what the peers wrote before their arrivals): the pattern of a
+// GPU-scope semaphore. Two __threadfence() around a relaxed atomic did the same at about
+// 0.9-1.7 us a round trip (docs/PERF_NOTES.md, 000).
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
 }
 
 // One thread publishes its chunk's partial pair (a, b) and spins until all `chunks` peers of the
 // instance have published theirs; after it returns, the partials may be read (with __ldcg).
 __device__ __forceinline__ void exchange_arrive_and_wait(unsigned* counters, idx_t instance, int chunks) {
-  __threadfence();  // this CTA's partials before its arrival
-  atomicAdd(counters + 2 * instance, 1u);
-  while (volatile_load(counters + 2 * instance) < (unsigned)chunks) __nanosleep(20);
-  __threadfence();
+  add_release(counters + 2 * instance, 1u);
+  while (load_acquire(counters + 2 * instance) < (unsigned)chunks) __nanosleep(20);
 }
 __device__ __forceinline__ void exchange_publish_and_wait(unsigned* counters, idx_t instance, float* partials,
                                                           idx_t slot, float a, float b, int chunks) {

@@ -59,9 +59,8 @@ __device__ __forceinline__ void tile_exchange_arrive(const NjParams& p, const Ti
 #pragma unroll
     for (int q = 0; q < NJ_VEC / 2; ++q) __stcg(v + q, make_float4(a[2 * q], b[2 * q], a[2 * q + 1], b[2 * q + 1]));
 #endif
-    __threadfence();
   }
-  __syncthreads();
+  __syncthreads();  // the row-0 writes happen before thread 0's release (exchange_arrive_and_wait)
   if (threadIdx.x == 0) {
     nj_arrival_stamp(kArrivalReady, inst);
     exchange_arrive_and_wait(p.counters, inst, p.chunks);

@@ -47,7 +47,7 @@ enum NjNhwcPhase {
 // when it is ready to arrive (its CTA's partials written) and when its wait ends, for the first
 // and the second (scattered merge) arrival of its first round. With every CTA of an instance
 // stamped (NJ_PHASE_CLOCKS_EVERY=1), the wait splits into the peers' skew (until the instance's
-// last CTA was ready) and the round trip after it (fence, atomic, the poll seeing the count, fence).
+// last CTA was ready) and the round trip after it (the release, the poll seeing the count).
 enum NjArrivalStamp { kArrivalReady, kArrivalReleased, kArrival2Ready, kArrival2Released, kArrivalStamps };
 
 #if NJ_PHASE_CLOCKS
