@@ -245,13 +245,24 @@ __device__ __forceinline__ void exchange_publish_and_wait(unsigned* counters, id
 }
 
 // One thread, once its CTA has read every partial it needs: the last peer to leave resets the
-// instance's counters.
-__device__ __forceinline__ void exchange_leave(unsigned* counters, idx_t instance, int chunks) {
-  if (atomicAdd(counters + 2 * instance + 1, 1u) == (unsigned)chunks - 1) {
+// instance's counters. In two halves: exchange_leave_begin sends the departure and returns its
+// ticket, exchange_leave_end (the same thread, after other work, e.g. the output pass) resets
+// the counters when the ticket says this CTA left last, so that the atomic's round trip overlaps
+// that work instead of stalling the thread's warp (kNoTicket: this thread sent none). Any time
+// before the kernel ends will do: every peer had passed its wait when it left.
+constexpr unsigned kNoTicket = 0xffffffffu;
+__device__ __forceinline__ unsigned exchange_leave_begin(unsigned* counters, idx_t instance) {
+  return atomicAdd(counters + 2 * instance + 1, 1u);
+}
+__device__ __forceinline__ void exchange_leave_end(unsigned* counters, idx_t instance, int chunks, unsigned ticket) {
+  if (ticket == (unsigned)chunks - 1) {
     counters[2 * instance] = 0;
     counters[2 * instance + 1] = 0;
     __threadfence();
   }
+}
+__device__ __forceinline__ void exchange_leave(unsigned* counters, idx_t instance, int chunks) {
+  exchange_leave_end(counters, instance, chunks, exchange_leave_begin(counters, instance));
 }
 
 // Every thread of the CTA: thread 0 publishes the CTA's partial and waits for the peers; all
@@ -266,6 +277,11 @@ __device__ __forceinline__ void exchange_cta_publish_and_wait(unsigned* counters
 __device__ __forceinline__ void exchange_depart(unsigned* counters, idx_t instance, int chunks) {
   __syncthreads();
   if (threadIdx.x == 0) exchange_leave(counters, instance, chunks);
+}
+// Its first half (every thread; thread 0 gets the ticket for exchange_leave_end, the others kNoTicket).
+__device__ __forceinline__ unsigned exchange_depart_begin(unsigned* counters, idx_t instance) {
+  __syncthreads();
+  return threadIdx.x == 0 ? exchange_leave_begin(counters, instance) : kNoTicket;
 }
 
 // The last CTA of the grid to call this returns true (after a fence that makes every other CTA's
@@ -425,16 +441,18 @@ __device__ __forceinline__ const float* exchange_warp0_wait(const NjParams& p, c
 
 // Every thread: thread 0's merged (a, b) to the whole CTA, and this CTA leaves the exchange (after
 // the barrier: only thread 0 waits for the atomic's answer).
-__device__ __forceinline__ void exchange_warp0_finish(const NjParams& p, const Unit& u, float& a, float& b,
-                                                      float* out) {
+// Returns thread 0's departure ticket (exchange_leave_end after the output), kNoTicket elsewhere.
+__device__ __forceinline__ unsigned exchange_warp0_finish(const NjParams& p, const Unit& u, float& a, float& b,
+                                                          float* out) {
   if (threadIdx.x == 0) out[0] = a, out[1] = b;
   __syncthreads();
   a = out[0], b = out[1];
-  if (threadIdx.x == 0) exchange_leave(p.counters, u.instance, p.chunks);  // warp 0 read every partial
+  return threadIdx.x == 0 ? exchange_leave_begin(p.counters, u.instance) : kNoTicket;  // warp 0 read every partial
 }
 
-// Backward: the chunk's (sum g, sum g * xhat) in, the instance's out.
-__device__ __forceinline__ void exchange_sum_partials(const NjParams& p, const Unit& u, float& s0, float& s1,
+// Backward: the chunk's (sum g, sum g * xhat) in, the instance's out; returns the departure
+// ticket (exchange_warp0_finish).
+__device__ __forceinline__ unsigned exchange_sum_partials(const NjParams& p, const Unit& u, float& s0, float& s1,
                                                       float* out) {
   if (threadIdx.x < 32) {
     const float* part = exchange_warp0_wait(p, u, s0, s1);
@@ -448,7 +466,7 @@ __device__ __forceinline__ void exchange_sum_partials(const NjParams& p, const U
     }
     s0 = a, s1 = b;
   }
-  exchange_warp0_finish(p, u, s0, s1, out);
+  return exchange_warp0_finish(p, u, s0, s1, out);
 }
 #endif  // NJ_GROUP > 0
 

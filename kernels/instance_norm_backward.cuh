@@ -318,7 +318,9 @@ __device__ __forceinline__ void backward_rounds(const NjParams& p, float* smem, 
     }
     group_sum<2>(sums, smem);
 #endif
-    if (p.chunks > 1 && u.active) exchange_sum_partials(p, u, sums[0], sums[1], merged);  // the instance's sums
+    unsigned leave_ticket = kNoTicket;
+    if (p.chunks > 1 && u.active)
+      leave_ticket = exchange_sum_partials(p, u, sums[0], sums[1], merged);  // the instance's sums
 #if NJ_AFFINE
     if (p.channel_major) {
       channel_weight_grads(p, round, lane, sums, channel_sums);
@@ -338,6 +340,7 @@ __device__ __forceinline__ void backward_rounds(const NjParams& p, float* smem, 
       write_dx_tile(p, u, s, tb, lane, t, mean_g, mean_gx);
     }
 #endif
+    exchange_leave_end(p.counters, u.instance, p.chunks, leave_ticket);
   }
 
   ring_finish();

@@ -266,6 +266,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     const idx_t inst = u.n * channel_tiles(p) + u.tile;
     ChannelParams cp;
     load_affine(p, u, cp);
+    unsigned leave_ticket = kNoTicket;
 #if NJ_TRAIN
     float count[1] = {0.f}, m2[NJ_VEC];
 #pragma unroll
@@ -293,7 +294,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
 #endif
     nj_phase_mark(kNhwcReduce);
     if (p.chunks > 1 && u.active) {
-      exchange_chunk_totals<true>(p, u, inst, smem, cp.mean, m2);
+      leave_ticket = exchange_chunk_totals<true>(p, u, inst, smem, cp.mean, m2);
       count[0] = (float)nhwc_extent(p) * (float)nhwc_positions(p);
     }
     const float inv_count = count[0] > 0.f ? 1.f / count[0] : 0.f;
@@ -327,6 +328,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     nhwc_stream(p, ring, u, NJ_TRAIN, [&](idx_t t0, const NhwcTile& t) { nhwc_normalize(p, u, t0, t, cp); });
 #endif
     nj_phase_mark(kNhwcOutput);
+    exchange_leave_end(p.counters, inst, p.chunks, leave_ticket);
   }
   nhwc_ring_finish();
   nj_nhwc_phase_report("forward", rounds, p.chunks);
@@ -491,8 +493,9 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     fold_slots<false>(p, u, 0.f, smem, sums[0], sums[1]);  // slot sums -> channel sums
 #endif
     nj_phase_mark(kNhwcReduce);
+    unsigned leave_ticket = kNoTicket;
     if (p.chunks > 1 && u.active) {
-      exchange_chunk_totals<false>(p, u, inst, smem, sums[0], sums[1]);
+      leave_ticket = exchange_chunk_totals<false>(p, u, inst, smem, sums[0], sums[1]);
     }
 #if NJ_AFFINE
     // Chunk 0 leaves the instance's sums for the last CTA's pass (finish_weight_grads), or with
@@ -519,6 +522,7 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     nhwc_stream(p, ring, u, true, [&](idx_t t0, const NhwcTile& t) { nhwc_write_dx(p, u, t0, t, cp, sums); });
 #endif
     nj_phase_mark(kNhwcOutput);
+    exchange_leave_end(p.counters, inst, p.chunks, leave_ticket);
 #if NJ_CLUSTER
     // After the output, when the tile's registers are free (before it, the 16-bit kernels with an
     // activation spilled 44-72 bytes, ptxas sm_90).

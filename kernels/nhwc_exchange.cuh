@@ -192,8 +192,9 @@ __device__ __forceinline__ void merge_all_chunks(const NjParams& p, const TileUn
 
 // The split's exchange: this CTA's per-channel pairs (a, b) in, the instance's totals out (kStats:
 // (mean, M2) over the whole sample; else sums), the same bits in every CTA of the instance.
+// Returns the departure ticket for exchange_leave_end after the output (exchange_leave_begin).
 template <bool kStats>
-__device__ __forceinline__ void exchange_chunk_totals(const NjParams& p, const TileUnit& u, idx_t inst, float* smem,
+__device__ __forceinline__ unsigned exchange_chunk_totals(const NjParams& p, const TileUnit& u, idx_t inst, float* smem,
                                                       float (&a)[NJ_VEC], float (&b)[NJ_VEC]) {
   tile_exchange_arrive(p, u, inst, a, b);
   nj_phase_mark(kNhwcArrive);
@@ -206,6 +207,7 @@ __device__ __forceinline__ void exchange_chunk_totals(const NjParams& p, const T
     merge_all_chunks<kStats>(p, u, inst, smem, a, b);
     nj_phase_mark(kNhwcMerge);
   }
-  exchange_depart(p.counters, inst, p.chunks);
+  const unsigned ticket = exchange_depart_begin(p.counters, inst);
   nj_phase_mark(kNhwcMergedArrive);
+  return ticket;
 }
