@@ -439,9 +439,9 @@ __device__ __forceinline__ const float* exchange_warp0_wait(const NjParams& p, c
   return p.partials + 2 * u.instance * p.chunks;
 }
 
-// Every thread: thread 0's merged (a, b) to the whole CTA, and this CTA leaves the exchange (after
-// the barrier: only thread 0 waits for the atomic's answer).
-// Returns thread 0's departure ticket (exchange_leave_end after the output), kNoTicket elsewhere.
+// Every thread: thread 0's merged (a, b) to the whole CTA, and this CTA starts leaving the
+// exchange (thread 0, after the barrier). Returns thread 0's departure ticket for
+// exchange_leave_end after the output, kNoTicket elsewhere.
 __device__ __forceinline__ unsigned exchange_warp0_finish(const NjParams& p, const Unit& u, float& a, float& b,
                                                           float* out) {
   if (threadIdx.x == 0) out[0] = a, out[1] = b;
