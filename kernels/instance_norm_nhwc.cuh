@@ -29,6 +29,13 @@
 #include "phase_clock.cuh"  // a measurement build's stamps (nothing unless NJ_PHASE_CLOCKS)
 #include "nhwc_exchange.cuh"
 
+// Whether this kernel may run as a split (chunks > 1) and so carries the exchange: the cached
+// kernels are the tiers, one CTA per (sample, channel tile) unit, which never split (the host's
+// launchable). Compiled in, the exchange's code cost the deep tiers of (2,320,8^3) and
+// (2,320,4^3) 126-128 registers a thread against 72-123 without it, and twice the compile time
+// (ptxas, sm_90; docs/PERF_NOTES.md, session 26).
+#define NJ_NHWC_SPLITS (!NJ_CACHED)
+
 struct NhwcTile {
   vec_t x[NJ_ITEMS];
 #if NJ_BACKWARD
@@ -293,7 +300,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     count[0] *= (float)nhwc_positions(p);
 #endif
     nj_phase_mark(kNhwcReduce);
-    if (p.chunks > 1 && u.active) {
+    if (NJ_NHWC_SPLITS && p.chunks > 1 && u.active) {
       leave_ticket = exchange_chunk_totals<true>(p, u, inst, smem, cp.mean, m2);
       count[0] = (float)nhwc_extent(p) * (float)nhwc_positions(p);
     }
@@ -494,7 +501,7 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #endif
     nj_phase_mark(kNhwcReduce);
     unsigned leave_ticket = kNoTicket;
-    if (p.chunks > 1 && u.active) {
+    if (NJ_NHWC_SPLITS && p.chunks > 1 && u.active) {
       leave_ticket = exchange_chunk_totals<false>(p, u, inst, smem, sums[0], sums[1]);
     }
 #if NJ_AFFINE

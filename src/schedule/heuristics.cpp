@@ -548,17 +548,21 @@ Launch nhwc_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev
   return l;
 }
 
-// The channels-last split over `chunks` CTAs per (n, channel tile); as ncdhw_split.
-Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, bool cached, int64_t chunks,
-                  const char* tier) {
+// The channels-last split over `chunks` CTAs per (n, channel tile), streamed; as ncdhw_split. No
+// channels-last split holds its chunk in registers: the cached kernels are the tiers, which hold a
+// unit whole and leave the split's exchange out (kernels/nhwc_exchange.cuh). With it compiled in,
+// the deep tiers of (2,320,8^3) and (2,320,4^3) used 126-128 registers a thread, without it
+// 72-123 (ptxas, sm_90, docs/PERF_NOTES.md session 26); the cached split itself was an autotune
+// candidate and NORMJIT_SPLIT=registers only.
+Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t chunks, const char* tier) {
   Launch l;
   const NhwcGeometry g = nhwc_geometry(f, s);
   const int64_t insts = s.N * g.tiles;
   const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
   const int64_t resident = int64_t(dev.sms) * mb;
-  const int items = cached ? kBoundedItems : nhwc_streamed_items(f);
-  l.config = nhwc_config(g, kNhwcSplitThreads, items, mb, cached, needs_index64(s),
-                         cached ? 0 : ring_stages(f, kNhwcSplitThreads, items, g.vec, mb, dev));
+  const int items = nhwc_streamed_items(f);
+  l.config = nhwc_config(g, kNhwcSplitThreads, items, mb, false, needs_index64(s),
+                         ring_stages(f, kNhwcSplitThreads, items, g.vec, mb, dev));
   l.chunk_vectors = ceil_div(g.extent, std::max<int64_t>(1, chunks));
   l.chunks = int(ceil_div(g.extent, l.chunk_vectors));
   l.cooperative = f.train && l.chunks > 1;
@@ -623,7 +627,7 @@ Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfil
   const int64_t fewest = ceil_div(g.extent, stages * tile_rows);
   if (insts * fewest > resident) return {};
   const int64_t chunks = std::max(fewest, nhwc_default_chunks(f, s, dev));
-  Launch l = nhwc_split(f, s, dev, false, chunks, "channels-last split, kept in shared memory");
+  Launch l = nhwc_split(f, s, dev, chunks, "channels-last split, kept in shared memory");
   l.config = nhwc_config(g, kNhwcSplitThreads, kBoundedItems, l.config.min_blocks, false, needs_index64(s), stages,
                          true);
   l.smem_bytes = ceil_div(l.chunk_vectors, tile_rows) * ring_bytes(f, l.config) / stages;
@@ -713,14 +717,12 @@ Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
   const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
   const int64_t k_cached = ceil_div(g.extent, int64_t(rows) * kBoundedItems);
   if (!f.train)
-    return nhwc_split(f, s, dev, false, std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / insts)),
+    return nhwc_split(f, s, dev, std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / insts)),
                       "channels-last split (elementwise)");
-  if (k_cached <= resident && split_mode() == SplitMode::registers)
-    return nhwc_split(f, s, dev, true, k_cached, "channels-last split, cached in registers");
   if (const Launch l = nhwc_kept_split(f, s, dev); l.config.threads != 0) return l;
   // Streamed twice, chunks sized so one round's reads fit in half the L2 (see choose_ncdhw), and
   // enough of them to fill the GPU.
-  return nhwc_split(f, s, dev, false, nhwc_default_chunks(f, s, dev), "channels-last split, streamed twice");
+  return nhwc_split(f, s, dev, nhwc_default_chunks(f, s, dev), "channels-last split, streamed twice");
 }
 
 // Workspace: exchange counters (2 per instance + 1 grid-wide), partials, per-instance scratch.
@@ -784,6 +786,8 @@ bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const De
     if (l.config.cached || l.config.stages < 1 || cv > l.config.stages * tile_rows) return false;
   }
   if (l.chunks > 1 && f.train && !l.cooperative) return false;
+  // The channels-last cached kernels have no exchange (nhwc_split).
+  if (f.layout == Layout::ndhwc && l.config.cached && l.chunks > 1) return false;
   if (l.config.cluster && !nhwc_cluster_fits(f, s, dev, l)) return false;
   return true;
 }
@@ -886,22 +890,24 @@ void nhwc_candidates(CandidateList& c, Policy policy) {
     for (int lanes = g.lanes / 2; nhwc_row_wide_enough(f, g, lanes); lanes /= 2)
       c.add(nhwc_fitting_tier(f, s, dev, policy, lanes));
   if (f.train) {
+    // Splits that fill the SMs where few units would leave them idle (streamed: no channels-last
+    // split holds its chunk in registers, nhwc_split says why).
     for (int64_t k : {std::max<int64_t>(2, k_cached), parallel_chunks(insts, g.extent, rows, 2, dev)})
       if (k >= k_cached && k <= resident && g.extent >= 2 * int64_t(rows))
-        c.add(nhwc_split(f, s, dev, true, k, "channels-last split, cached in registers"));
+        c.add(nhwc_split(f, s, dev, k, "channels-last split, streamed twice"));
     if (!fits_a_tier) {
       c.add(nhwc_kept_split(f, s, dev));
       for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
-        c.add(nhwc_split(f, s, dev, false, nhwc_streamed_chunks(f, s, dev, budget),
+        c.add(nhwc_split(f, s, dev, nhwc_streamed_chunks(f, s, dev, budget),
                          "channels-last split, streamed twice"));
       if (insts >= resident)
-        c.add(nhwc_split(f, s, dev, false, 1, "channels-last split, streamed twice (CTA per tile)"));
+        c.add(nhwc_split(f, s, dev, 1, "channels-last split, streamed twice (CTA per tile)"));
     }
   } else if (g.extent >= 2 * int64_t(rows)) {
     // Eval: as in ncdhw_candidates.
-    c.add(nhwc_split(f, s, dev, false, std::min(k_cached, std::max<int64_t>(1, resident / insts)),
+    c.add(nhwc_split(f, s, dev, std::min(k_cached, std::max<int64_t>(1, resident / insts)),
                      "channels-last split (elementwise)"));
-    c.add(nhwc_split(f, s, dev, false, std::min(g.extent / rows, std::max<int64_t>(1, 16 * resident / insts)),
+    c.add(nhwc_split(f, s, dev, std::min(g.extent / rows, std::max<int64_t>(1, 16 * resident / insts)),
                      "channels-last split (elementwise)"));
   }
 }
@@ -957,7 +963,6 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
                 out.push_back(make_config(threads, lanes, items, vec, nhwc_min_blocks(threads, dev), true, false, 0,
                                           false, false, true));
           const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
-          if (f.train) out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, true, idx64));
           const int items = nhwc_streamed_items(f);
           out.push_back(make_config(kNhwcSplitThreads, lanes, items, vec, mb, false, idx64,
                                     ring_stages(f, kNhwcSplitThreads, items, vec, mb, dev)));
@@ -974,7 +979,6 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
           if (policy == Policy::exact || items == kBoundedItems)
             out.push_back(nhwc_config(flat, threads, items, nhwc_min_blocks(threads, dev), true, idx64, 0));
       const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
-      if (f.train) out.push_back(nhwc_config(flat, kNhwcSplitThreads, kBoundedItems, mb, true, idx64, 0));
       const int items = nhwc_streamed_items(f);
       out.push_back(nhwc_config(flat, kNhwcSplitThreads, items, mb, false, idx64,
                                 ring_stages(f, kNhwcSplitThreads, items, flat.vec, mb, dev)));
