@@ -255,14 +255,13 @@ __device__ __forceinline__ unsigned exchange_leave_begin(unsigned* counters, idx
   return atomicAdd(counters + 2 * instance + 1, 1u);
 }
 __device__ __forceinline__ void exchange_leave_end(unsigned* counters, idx_t instance, int chunks, unsigned ticket) {
-  if (ticket == (unsigned)chunks - 1) {
+  // The kNoTicket test first: where the ticket is that constant (a kernel that never splits) the
+  // compiler drops the whole block.
+  if (ticket != kNoTicket && ticket == (unsigned)chunks - 1) {
     counters[2 * instance] = 0;
     counters[2 * instance + 1] = 0;
     __threadfence();
   }
-}
-__device__ __forceinline__ void exchange_leave(unsigned* counters, idx_t instance, int chunks) {
-  exchange_leave_end(counters, instance, chunks, exchange_leave_begin(counters, instance));
 }
 
 // Every thread of the CTA: thread 0 publishes the CTA's partial and waits for the peers; all
@@ -273,12 +272,9 @@ __device__ __forceinline__ void exchange_cta_publish_and_wait(unsigned* counters
   __syncthreads();
 }
 
-// exchange_leave for a CTA whose threads all read partials: called by every thread.
-__device__ __forceinline__ void exchange_depart(unsigned* counters, idx_t instance, int chunks) {
-  __syncthreads();
-  if (threadIdx.x == 0) exchange_leave(counters, instance, chunks);
-}
-// Its first half (every thread; thread 0 gets the ticket for exchange_leave_end, the others kNoTicket).
+// Leaving the exchange for a CTA whose threads all read partials (every thread calls it): the
+// barrier says every thread has read them; thread 0 gets the ticket for exchange_leave_end, the
+// others kNoTicket.
 __device__ __forceinline__ unsigned exchange_depart_begin(unsigned* counters, idx_t instance) {
   __syncthreads();
   return threadIdx.x == 0 ? exchange_leave_begin(counters, instance) : kNoTicket;

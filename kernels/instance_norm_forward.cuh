@@ -130,9 +130,10 @@ __device__ __forceinline__ void normalize_tile(const NjParams& p, const Unit& u,
 // Every thread, once all partials of u's instance are published: the instance's (mean, M2) from
 // its chunks' (mean_j, M2_j): mean = sum_j n_j mean_j / n, then M2 = sum_j (M2_j + n_j (mean_j -
 // mean)^2). The CTA's threads read the partials in parallel and add them with group_sum's fixed
-// tree: identical bits in every peer CTA. Leaves the exchange.
-__device__ __forceinline__ void merge_chunk_stats(const NjParams& p, const Unit& u, float* smem, float& mean,
-                                                  float& m2) {
+// tree: identical bits in every peer CTA. Leaves the exchange; returns the departure's ticket for
+// exchange_leave_end after the output pass.
+__device__ __forceinline__ unsigned merge_chunk_stats(const NjParams& p, const Unit& u, float* smem, float& mean,
+                                                      float& m2) {
   const float* part = p.partials + 2 * u.instance * p.chunks;
   const float count = (float)p.spatial;
   float acc[1] = {0.f};
@@ -146,7 +147,7 @@ __device__ __forceinline__ void merge_chunk_stats(const NjParams& p, const Unit&
   }
   group_sum<1>(acc, smem);
   m2 = acc[0];
-  exchange_depart(p.counters, u.instance, p.chunks);
+  return exchange_depart_begin(p.counters, u.instance);
 }
 
 // The instance's rstd from its (mean, M2) over `count` elements; chunk 0 saves mean/rstd and
@@ -250,6 +251,7 @@ __device__ __forceinline__ void forward_rounds(const NjParams& p, float* smem) {
     const Unit u = make_unit(p, round);
     const Affine affine = load_affine(p, u);  // issued before the reductions' barriers: off the chain
     float mean, rstd;
+    unsigned leave_ticket = kNoTicket;
 #if NJ_TRAIN
 #if NJ_CACHED
     vec_t xr[NJ_ITEMS];
@@ -271,7 +273,7 @@ __device__ __forceinline__ void forward_rounds(const NjParams& p, float* smem) {
     if (p.chunks > 1 && u.active) {
       exchange_cta_publish_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, mean, m2,
                                     p.chunks);
-      merge_chunk_stats(p, u, smem, mean, m2);
+      leave_ticket = merge_chunk_stats(p, u, smem, mean, m2);
       count = (float)p.spatial;
     }
     rstd = instance_rstd(p, u, lane, mean, m2, count);
@@ -292,6 +294,7 @@ __device__ __forceinline__ void forward_rounds(const NjParams& p, float* smem) {
       normalize_tile(p, u, t, lane, xr, mean, scale, shift);
     }
 #endif
+    exchange_leave_end(p.counters, u.instance, p.chunks, leave_ticket);
   }
 
   ring_finish();
