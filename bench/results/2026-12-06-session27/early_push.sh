@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Not run yet (no device time left in session 27). The channels-last deep backward's cluster
+# Not run yet (no device time left in session 27); next_gpu_call.sh, which times it beside
+# ncdhw_whole_tiers.patch, is the better first call. The channels-last deep backward's cluster
 # weight gradients in two halves (early_push.patch): each rank pushes its sums into rank 0's
 # shared memory and arrives *before* the dx output pass, and rank 0 waits and adds them after it.
 # Session 27's Nsight Compute run found 12-15 % of the (2,320,8^3) backward's stall samples on the
