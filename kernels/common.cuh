@@ -449,7 +449,7 @@ __device__ __forceinline__ unsigned exchange_warp0_finish(const NjParams& p, con
 // Backward: the chunk's (sum g, sum g * xhat) in, the instance's out; returns the departure
 // ticket (exchange_warp0_finish).
 __device__ __forceinline__ unsigned exchange_sum_partials(const NjParams& p, const Unit& u, float& s0, float& s1,
-                                                      float* out) {
+                                                          float* out) {
   if (threadIdx.x < 32) {
     const float* part = exchange_warp0_wait(p, u, s0, s1);
     float a = 0.f, b = 0.f;

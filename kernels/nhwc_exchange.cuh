@@ -195,7 +195,7 @@ __device__ __forceinline__ void merge_all_chunks(const NjParams& p, const TileUn
 // Returns the departure ticket for exchange_leave_end after the output (exchange_leave_begin).
 template <bool kStats>
 __device__ __forceinline__ unsigned exchange_chunk_totals(const NjParams& p, const TileUnit& u, idx_t inst, float* smem,
-                                                      float (&a)[NJ_VEC], float (&b)[NJ_VEC]) {
+                                                          float (&a)[NJ_VEC], float (&b)[NJ_VEC]) {
   tile_exchange_arrive(p, u, inst, a, b);
   nj_phase_mark(kNhwcArrive);
   if (scattered_merge(p, u)) {

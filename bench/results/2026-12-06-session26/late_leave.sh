@@ -6,10 +6,6 @@
 # Part 1 (~100 s): A/B by CUPTI, fp16, the channels-last splits and the NCDHW L2-streamed
 # backward. Part 2 (~200-270 s): the whole GPU suite.
 #   OUT=... bash bench/results/2026-12-06-session26/late_leave.sh      (give it >= 420 s)
-set -u
-OUT=${OUT:-./late_leave_out}; mkdir -p "$OUT"
-S="--timer cupti --layouts ndhwc,ncdhw --modes fwd,bwd --dtypes fp16 --shapes 2,128,32,32,32 2,256,16,16,16 2,64,64,64,64 2,32,80,192,160"
-BENCH=kernel_times OUT=$OUT/ab timeout 150 bench/compare_baseline.sh .baseline $S > "$OUT/ab.log" 2>&1
-cat "$OUT/ab/ab_table.md" 2>/dev/null || tail -30 "$OUT/ab.log"
-OUT=$OUT/suite timeout 330 scripts/gpu_check.sh build tests > /dev/null 2>&1
-cat "$OUT/suite/summary.tsv"; grep -E "tests passed|passed|failed|FAILED" "$OUT/suite/tests.log" | tail -8
+# (Since session 27 it calls bench/ab_then_suite.sh, which runs the same two parts.)
+AB_TIMEOUT=150 SUITE_TIMEOUT=330 OUT=${OUT:-./late_leave_out} bench/ab_then_suite.sh .baseline \
+  --layouts ndhwc,ncdhw --modes fwd,bwd --dtypes fp16 --shapes 2,128,32,32,32 2,256,16,16,16 2,64,64,64,64 2,32,80,192,160

@@ -14,10 +14,6 @@
 #   git apply bench/results/2026-12-06-session26/whole_tiers.patch
 #   git archive main --prefix=.baseline/ | tar x
 #   OUT=... bash bench/results/2026-12-06-session26/whole_tiers.sh      (give it >= 480 s)
-set -u
-OUT=${OUT:-./whole_tiers_out}; mkdir -p "$OUT"
-S="--timer cupti --layouts ndhwc --modes fwd,bwd --dtypes fp16,bf16 --shapes 2,320,8,8,8 2,320,4,4,4 2,320,5,5,5 1,320,8,8,8 4,128,8,8,8 2,128,32,32,32 2,256,16,16,16"
-BENCH=kernel_times OUT=$OUT/ab timeout 200 bench/compare_baseline.sh .baseline $S > "$OUT/ab.log" 2>&1
-cat "$OUT/ab/ab_table.md" 2>/dev/null || tail -30 "$OUT/ab.log"
-OUT=$OUT/suite timeout 360 scripts/gpu_check.sh build tests > /dev/null 2>&1
-cat "$OUT/suite/summary.tsv"; grep -E "tests passed|passed|failed|FAILED" "$OUT/suite/tests.log" | tail -8
+# (Since session 27 it calls bench/ab_then_suite.sh, which runs the same two parts.)
+AB_TIMEOUT=200 SUITE_TIMEOUT=360 OUT=${OUT:-./whole_tiers_out} bench/ab_then_suite.sh .baseline \
+  --layouts ndhwc --modes fwd,bwd --dtypes fp16,bf16 --shapes 2,320,8,8,8 2,320,4,4,4 2,320,5,5,5 1,320,8,8,8 4,128,8,8,8 2,128,32,32,32 2,256,16,16,16
