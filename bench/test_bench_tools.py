@@ -25,6 +25,7 @@ import cold_start_child  # noqa: E402
 import kernel_times  # noqa: E402
 import report  # noqa: E402
 import same_code  # noqa: E402
+import spill_sites  # noqa: E402
 from test_benchlib import _raises, fake_kernel_doc  # noqa: E402
 
 
@@ -824,6 +825,30 @@ def test_phase_clocks_splits_the_arrivals_into_skew_and_round_trip():
     warm = ["phase_clocks: 2,4,8 fp16 ndhwc, warm-up calls", line(0, 0, 0, 9000), line(1, 0, 0, 9000)]
     assert phase_clocks.summarize(warm + again[2:]) == phase_clocks.summarize(again[3:])
     assert phase_clocks.summarize(warm) == []
+
+def test_spill_sites_places_each_spill_in_its_loops():
+    # nvdisasm -c -plr -lrm count's layout: an outer loop (0x20-0x70) around an inner one
+    # (0x30-0x50); one store before both, one load in the inner loop, one in the outer only.
+    listing = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;              // |   1  |
+        /*0010*/                   STL [R1], R2 ;                      // |   3  |
+.L_x_1:
+        /*0020*/                   IADD3 R4, R4, 0x1, RZ ;             // |   4  |
+.L_x_2:
+        /*0030*/                   LDL R5, [R1] ;                      // |  90  |
+        /*0040*/                   FADD R6, R5, R6 ;                   // |  91  |
+        /*0050*/               @P0 BRA `(.L_x_2) ;                     // |  91  |
+        /*0060*/                   LDL.LU R7, [R1+0x4] ;               // |  12  |
+        /*0070*/               @P1 BRA `(.L_x_1) ;                     // |  12  |
+        /*0080*/                   BRA `(.L_x_3) ;                     // |   2  |
+.L_x_3:
+        /*0090*/                   EXIT ;                              // |   1  |
+"""
+    sites, summary = spill_sites.spill_sites(listing)
+    assert [(a, around) for a, _, around in sites] == [
+        (0x10, []), (0x30, [(0x20, 6), (0x30, 3)]), (0x60, [(0x20, 6)])]
+    # The forward branch to .L_x_3 is no loop; each loop's most live registers.
+    assert summary == [(0x20, 0x70, 6, 91), (0x30, 0x50, 3, 91)]
 
 
 if __name__ == "__main__":
