@@ -148,11 +148,14 @@ SplitMode split_mode() {
   return SplitMode::automatic;
 }
 
-// The integer in environment variable `name` when it lies in [lo, hi], else `fallback`.
+// The variable's value where it is a whole number in [lo, hi]; the fallback where it is unset,
+// not a number or out of range (so a default-on flag with lo = 0 stays on when unset).
 static int env_int_in(const char* name, int lo, int hi, int fallback) {
   const char* v = std::getenv(name);
-  const int n = v ? std::atoi(v) : 0;
-  return n >= lo && n <= hi ? n : fallback;
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n >= lo && n <= hi ? int(n) : fallback;
 }
 
 int resident_slots() {
@@ -191,10 +194,7 @@ int nhwc_min_row_bytes() {
 bool cluster_weight_grads_enabled() {
   // NORMJIT_CLUSTER_WEIGHT_GRADS=0 leaves the channels-last backward of N > 1 to the last CTA's
   // weight-gradient pass (nhwc_cluster_tier), for measurements. Read once per process.
-  static const bool on = [] {
-    const char* v = std::getenv("NORMJIT_CLUSTER_WEIGHT_GRADS");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_int_in("NORMJIT_CLUSTER_WEIGHT_GRADS", 0, 1, 1) == 1;
   return on;
 }
 
