@@ -347,27 +347,22 @@ TEST(Cli, ExitCodesAndMessages) {
 // that read an unset variable as 0 turned the clusters off by default); a value that is not a
 // number, or one out of range, leaves a switch at its default.
 TEST(Cli, MeasurementSwitchesKeepTheirDefaults) {
-  const std::string explain =
-      std::string(NORMJIT_CLI_PATH) + " explain --device H100 --layout ndhwc --direction bwd --dtype f16 2x320x8x8x8";
-  const auto plan = [&](const std::string& env) {
+  const std::string cli = std::string(NORMJIT_CLI_PATH) + " explain --device H100 --dtype f16 ";
+  const auto plan = [&](const std::string& env, const std::string& args) {
     std::string out;
-    EXPECT_EQ(shell(env + explain, &out), 0) << out;
+    EXPECT_EQ(shell(env + cli + args, &out), 0) << out;
     return out;
   };
-  const std::string clustered = "(clusters of 2)";
-  EXPECT_NE(plan("").find(clustered), std::string::npos);
-  EXPECT_NE(plan("NORMJIT_CLUSTER_WEIGHT_GRADS=1 ").find(clustered), std::string::npos);
-  EXPECT_NE(plan("NORMJIT_CLUSTER_WEIGHT_GRADS=yes ").find(clustered), std::string::npos);
-  EXPECT_NE(plan("NORMJIT_CLUSTER_WEIGHT_GRADS=7 ").find(clustered), std::string::npos);
-  EXPECT_EQ(plan("NORMJIT_CLUSTER_WEIGHT_GRADS=0 ").find(clustered), std::string::npos);
+  const std::string backward = "--layout ndhwc --direction bwd 2x320x8x8x8", clustered = "(clusters of 2)";
+  EXPECT_NE(plan("", backward).find(clustered), std::string::npos);
+  EXPECT_NE(plan("NORMJIT_CLUSTER_WEIGHT_GRADS=1 ", backward).find(clustered), std::string::npos);
+  EXPECT_NE(plan("NORMJIT_CLUSTER_WEIGHT_GRADS=yes ", backward).find(clustered), std::string::npos);
+  EXPECT_NE(plan("NORMJIT_CLUSTER_WEIGHT_GRADS=7 ", backward).find(clustered), std::string::npos);
+  EXPECT_EQ(plan("NORMJIT_CLUSTER_WEIGHT_GRADS=0 ", backward).find(clustered), std::string::npos);
   // An item count that is not a whole number is ignored, not read as its leading digits.
-  const std::string ncdhw = std::string(NORMJIT_CLI_PATH) + " explain --device H100 --dtype f16 2x320x8x8x8";
-  std::string deflt, two, junk;
-  EXPECT_EQ(shell(ncdhw, &deflt), 0) << deflt;
-  EXPECT_EQ(shell("NORMJIT_TIER_ITEMS=2 " + ncdhw, &two), 0) << two;
-  EXPECT_EQ(shell("NORMJIT_TIER_ITEMS=2x " + ncdhw, &junk), 0) << junk;
-  EXPECT_NE(two, deflt);
-  EXPECT_EQ(junk, deflt);
+  const std::string ncdhw = "2x320x8x8x8";
+  EXPECT_NE(plan("NORMJIT_TIER_ITEMS=2 ", ncdhw), plan("", ncdhw));
+  EXPECT_EQ(plan("NORMJIT_TIER_ITEMS=2x ", ncdhw), plan("", ncdhw));
 }
 
 TEST(Cli, WarmupStatsAndDemo) {
