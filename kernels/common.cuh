@@ -370,6 +370,12 @@ __device__ __forceinline__ idx_t quotient(idx_t v, nj_i64 d, NjDivisor by) {
 // runs the same number of rounds (inactive groups carry empty ranges) so that warp shuffles and
 // CTA barriers stay uniform.
 #define NJ_GROUPS_PER_CTA (NJ_THREADS / NJ_GROUP)
+// Whether the kernel may run as a split (chunks > 1) and so carries the exchange: a split's CTA
+// is one group (heuristics ncdhw_split: group == threads; the host's launchable). The kernels of
+// several instances a CTA (the small and tiny tiers of the deep stages) leave the exchange's code
+// out, as the channels-last tiers do (NJ_NHWC_SPLITS): compiled in but never run, it cost the
+// channels-last tiers up to 15 % (docs/PERF_NOTES.md, session 27).
+#define NJ_NCDHW_SPLITS (NJ_GROUP == NJ_THREADS)
 
 struct Unit {
   bool active;

@@ -319,7 +319,7 @@ __device__ __forceinline__ void backward_rounds(const NjParams& p, float* smem, 
     group_sum<2>(sums, smem);
 #endif
     unsigned leave_ticket = kNoTicket;
-    if (p.chunks > 1 && u.active)
+    if (NJ_NCDHW_SPLITS && p.chunks > 1 && u.active)
       leave_ticket = exchange_sum_partials(p, u, sums[0], sums[1], merged);  // the instance's sums
 #if NJ_AFFINE
     if (p.channel_major) {

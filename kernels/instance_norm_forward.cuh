@@ -270,7 +270,7 @@ __device__ __forceinline__ void forward_rounds(const NjParams& p, float* smem) {
     float count = (float)((u.v_end - u.v_begin) * NJ_VEC), m2;
     group_merge_stats(tn, tmean, tm2, count, smem, mean, m2);
 #endif
-    if (p.chunks > 1 && u.active) {
+    if (NJ_NCDHW_SPLITS && p.chunks > 1 && u.active) {
       exchange_cta_publish_and_wait(p.counters, u.instance, p.partials, u.instance * p.chunks + u.chunk, mean, m2,
                                     p.chunks);
       leave_ticket = merge_chunk_stats(p, u, smem, mean, m2);

@@ -786,8 +786,10 @@ bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const De
     if (l.config.cached || l.config.stages < 1 || cv > l.config.stages * tile_rows) return false;
   }
   if (l.chunks > 1 && f.train && !l.cooperative) return false;
-  // The channels-last cached kernels have no exchange (nhwc_split).
+  // The channels-last cached kernels have no exchange (nhwc_split), nor have the NCDHW kernels of
+  // several instances a CTA (kernels/common.cuh NJ_NCDHW_SPLITS).
   if (f.layout == Layout::ndhwc && l.config.cached && l.chunks > 1) return false;
+  if (f.layout == Layout::ncdhw && f.train && l.config.group != l.config.threads && l.chunks > 1) return false;
   if (l.config.cluster && !nhwc_cluster_fits(f, s, dev, l)) return false;
   return true;
 }

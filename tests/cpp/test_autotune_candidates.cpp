@@ -86,6 +86,9 @@ std::string problem(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
   }
   // The channels-last cached kernels are tiers without the split's exchange.
   if (l.config.cached && f.layout == Layout::ndhwc && l.chunks > 1) return "channels-last cached kernel split";
+  // An NCDHW split is one instance a CTA (kernels/common.cuh NJ_NCDHW_SPLITS).
+  if (f.layout == Layout::ncdhw && f.train && l.config.group != l.config.threads && l.chunks > 1)
+    return "NCDHW split of several instances a CTA";
   return "";
 }
 
