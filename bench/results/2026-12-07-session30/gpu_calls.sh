@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Session 30's device calls (no suite in A or B; a tree that wins needs its own suite run,
+# OUT=$OUT/suite scripts/gpu_check.sh build tests, ~255 s, on main + its patch before it lands).
+# Set-up, here, from main:
+#   git archive main --prefix=.baseline/ | tar x
+#   R=bench/results/2026-12-06-session28 S=bench/results/2026-12-07-session29 T=bench/results/2026-12-07-session30
+#   for v in tagged:$R/tagged_nhwc_on_bb24f1e coef:$R/dx_coefs c8:$S/cluster_split_items8 stasync:$T/stasync_push; do
+#     d=.variants/${v%%:*}; mkdir -p $d && git archive main | tar x -C $d && git apply --directory=$d ${v#*:}.patch; done
+# A (~150 s): the channels-last A/B of fp16 kernels against main: session 28's tagged exchange and
+#   dx_coefs on the streamed shapes, and the st.async weight-gradient push (stasync) on the
+#   deep cluster backwards (every other row is its noise control).
+# B (~100 s): session 29's cluster split with 8 vectors a thread (c8) and with 4 (c4), forwards.
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+OUT=${OUT:-./session30_out}
+case "${1:-}" in
+  A) COMPARE_TREES="tagged=.variants/tagged coef=.variants/coef stasync=.variants/stasync" SKIP_SUITE=1 \
+       AB_TIMEOUT=${AB_TIMEOUT:-280} OUT=$OUT/A bench/ab_then_suite.sh .baseline --layouts ndhwc --modes fwd,bwd \
+       --dtypes fp16 --shapes 2,128,32,32,32 2,256,16,16,16 2,64,64,64,64 2,32,128,128,128 2,320,8,8,8 \
+       2,320,4,4,4 8,320,4,4,4 ;;
+  B) OUT=$OUT/B exec bash bench/results/2026-12-07-session29/cluster_split_items8_ab.sh ;;
+  *) echo "usage: gpu_calls.sh A|B" >&2; exit 2 ;;
+esac
