@@ -22,6 +22,7 @@ import phase_clocks  # noqa: E402
 import bench_policy as bp  # noqa: E402
 import benchlib as bl  # noqa: E402
 import cold_start_child  # noqa: E402
+import deep_sass_vs_triton  # noqa: E402
 import kernel_times  # noqa: E402
 import report  # noqa: E402
 import same_code  # noqa: E402
@@ -849,6 +850,23 @@ def test_spill_sites_places_each_spill_in_its_loops():
         (0x10, []), (0x30, [(0x20, 6), (0x30, 3)]), (0x60, [(0x20, 6)])]
     # The forward branch to .L_x_3 is no loop; each loop's most live registers.
     assert summary == [(0x20, 0x70, 6, 91), (0x30, 0x50, 3, 91)]
+
+
+def test_deep_sass_summary_counts_from_a_listing():
+    listing = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   I2F.RP R4, R7 ;
+        /*0020*/              @!P0 LDG.E.128 R4, desc[UR8][R38.64] ;
+        /*0030*/                   SHFL.BFLY PT, R35, R32, 0x10, 0x1f ;
+        /*0040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0050*/               @P1 STG.E.U16 desc[UR6][R20.64], R3 ;
+        /*0060*/                   EXIT ;
+"""
+    lines = deep_sass_vs_triton.instructions(listing)
+    assert lines[2] == "@!P0 LDG.E.128 R4, desc[UR8][R38.64]"
+    assert deep_sass_vs_triton.summary("k", lines) == (
+        "k: 7 instructions, first LDG at instruction 2; LDG 1, STG 1, SHFL 1, BAR 1, MUFU 0, "
+        "integer divide steps (I2F.RP) 1")
 
 
 if __name__ == "__main__":
