@@ -14,6 +14,8 @@
 #   vectors a thread (c8) and with 4 (c4); and kept_whole.patch, one CTA a unit holding it all in
 #   shared memory, no exchange (kw1: the widest tile that fits; kw2: the narrowest with 32-byte
 #   rows; kw16: the narrowest with 16-byte rows).
+# L (~320 s, the short landing call): this working tree (main + stasync_push.patch applied) against
+#   .baseline on the deep cluster backwards, fp16 and bf16, then the GPU suite on this tree.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 OUT=${OUT:-./session30_out}
@@ -25,5 +27,8 @@ case "${1:-}" in
   B) COMPARE_TREES="c8=.variants/c8,NORMJIT_CLUSTER_SPLIT=1,NORMJIT_CLUSTER_SPLIT_ITEMS=8 c4=.variants/c8,NORMJIT_CLUSTER_SPLIT=1 kw1=.variants/kw,NORMJIT_KEPT_WHOLE=1 kw2=.variants/kw,NORMJIT_KEPT_WHOLE=2 kw16=.variants/kw,NORMJIT_KEPT_WHOLE=2,NORMJIT_NHWC_MIN_ROW_BYTES=16" \
        SKIP_SUITE=1 AB_TIMEOUT=${AB_TIMEOUT:-240} OUT=$OUT/B bench/ab_then_suite.sh .baseline --layouts ndhwc \
        --modes fwd --dtypes fp16,bf16 --shapes 2,256,16,16,16 1,256,16,16,16 4,128,16,16,16 1,320,12,12,12 3,200,9,10,11 ;;
-  *) echo "usage: gpu_calls.sh A|B" >&2; exit 2 ;;
+  L) SKIP_SUITE=0 AB_TIMEOUT=${AB_TIMEOUT:-120} SUITE_TIMEOUT=${SUITE_TIMEOUT:-330} OUT=$OUT/L \
+       bench/ab_then_suite.sh .baseline --layouts ndhwc --modes bwd --dtypes fp16,bf16 \
+       --shapes 2,320,8,8,8 2,320,4,4,4 8,320,4,4,4 4,256,8,8,8 ;;
+  *) echo "usage: gpu_calls.sh A|B|L" >&2; exit 2 ;;
 esac
