@@ -16,6 +16,8 @@
 #   rows; kw16: the narrowest with 16-byte rows).
 # L (~320 s, the short landing call): this working tree (main + stasync_push.patch applied) against
 #   .baseline on the deep cluster backwards, fp16 and bf16, then the GPU suite on this tree.
+# X (~180 s, no suite: what to land next): this working tree (stasync) and the mid-stage forwards'
+#   candidates (c8, kw1, kw2, kw16) against .baseline in one A/B, fp16, forward and backward.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 OUT=${OUT:-./session30_out}
@@ -30,5 +32,9 @@ case "${1:-}" in
   L) SKIP_SUITE=0 AB_TIMEOUT=${AB_TIMEOUT:-120} SUITE_TIMEOUT=${SUITE_TIMEOUT:-330} OUT=$OUT/L \
        bench/ab_then_suite.sh .baseline --layouts ndhwc --modes bwd --dtypes fp16,bf16 \
        --shapes 2,320,8,8,8 2,320,4,4,4 8,320,4,4,4 4,256,8,8,8 ;;
-  *) echo "usage: gpu_calls.sh A|B|L" >&2; exit 2 ;;
+  X) COMPARE_TREES="c8=.variants/c8,NORMJIT_CLUSTER_SPLIT=1,NORMJIT_CLUSTER_SPLIT_ITEMS=8 kw1=.variants/kw,NORMJIT_KEPT_WHOLE=1 kw2=.variants/kw,NORMJIT_KEPT_WHOLE=2 kw16=.variants/kw,NORMJIT_KEPT_WHOLE=2,NORMJIT_NHWC_MIN_ROW_BYTES=16" \
+       SKIP_SUITE=1 AB_TIMEOUT=${AB_TIMEOUT:-280} OUT=$OUT/X bench/ab_then_suite.sh .baseline --layouts ndhwc \
+       --modes fwd,bwd --dtypes fp16 --shapes 2,256,16,16,16 1,320,12,12,12 3,200,9,10,11 2,320,8,8,8 2,320,4,4,4 \
+       8,320,4,4,4 ;;
+  *) echo "usage: gpu_calls.sh A|B|L|X" >&2; exit 2 ;;
 esac
