@@ -16,7 +16,7 @@
 #   rows; kw16: the narrowest with 16-byte rows).
 # L (~320 s, the short landing call): this working tree (main + stasync_push.patch applied) against
 #   .baseline on the deep cluster backwards, fp16 and bf16, then the GPU suite on this tree.
-# X (~180 s, no suite: what to land next): this working tree (stasync) and the mid-stage forwards'
+# X (~180 s, no suite: what to land next): this working tree (stasync) and the mid-stage forward
 #   candidates (c8, kw1, kw2, kw16) against .baseline in one A/B, fp16, forward and backward.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
