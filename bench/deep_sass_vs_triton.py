@@ -5,9 +5,10 @@ docs/PERF_NOTES.md 000a: torch.compile's one Triton kernel runs the deep forward
 Triton kernel of the shape Inductor generates for instance norm's training forward (a persistent
 reduction: one instance a program, the reduction length a compile-time constant, two tl.sum
 reductions, affine, mean and rstd saved), disassembles it and normjit's kernel from a disk cache,
-and prints for each: instructions, where the first load of x issues, and the reductions' SHFL/BAR.
+and prints for each: instructions, where the first global load issues (normjit's: the
+weight's, a few before x's), and the reductions' SHFL/BAR.
 
-Usage (nvdisasm: pip install nvidia-cuda-nvdisasm, or set NVDISASM):
+Usage (nvdisasm on PATH, from pip install nvidia-cuda-nvdisasm, or NVDISASM=path):
   NORMJIT_CACHE_DIR=/tmp/deep ./normjit warmup --device H100 --layout ncdhw --direction fwd \
       --dtype f16 2,320,8,8,8
   python3 bench/deep_sass_vs_triton.py /tmp/deep --spatial 512 --warps 4
@@ -16,30 +17,17 @@ Usage (nvdisasm: pip install nvidia-cuda-nvdisasm, or set NVDISASM):
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import same_code  # noqa: E402  (reads normjit's disk cache entries)
-
-
-def nvdisasm() -> str:
-    if os.environ.get("NVDISASM"):
-        return os.environ["NVDISASM"]
-    found = glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cu*", "bin", "nvdisasm"))
-    return found[0] if found else "nvdisasm"
+import spill_sites  # noqa: E402  (finds nvdisasm and runs it on a cache entry)
 
 
 def sass_lines(cubin: bytes) -> list[str]:
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([nvdisasm(), "-c", f.name], check=True, capture_output=True, text=True).stdout
-    return instructions(text)
+    return instructions(spill_sites.disassemble(spill_sites.find_nvdisasm(), cubin) or "")
 
 
 def instructions(listing: str) -> list[str]:

@@ -90,6 +90,18 @@ def find_nvdisasm() -> str:
     sys.exit("spill_sites: no nvdisasm (set NVDISASM, or pip install nvidia-cuda-nvdisasm)")
 
 
+def disassemble(tool: str, cubin: bytes, *flags: str):
+    """`nvdisasm -c FLAGS` of a cache entry's cubin (its ELF image); None when it holds none."""
+    elf = cubin.find(b"\x7fELF")
+    if elf < 0:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin[elf:])
+        return subprocess.run([tool, "-c", *flags, path], check=True, capture_output=True, text=True).stdout
+
+
 def report(name: str, listing: str) -> None:
     sites, summary = spill_sites(listing)
     print(f"== {name}: {len(sites)} local accesses, {len(summary)} loops")
@@ -107,18 +119,12 @@ def main(argv=None) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     tool = find_nvdisasm()
-    with tempfile.TemporaryDirectory() as tmp:
-        for (kernel, arch), cubin in cubins(argv[0]).items():
-            elf = cubin.find(b"\x7fELF")
-            if elf < 0:
-                print(f"== {kernel} {arch}: no ELF image in its cache entry")
-                continue
-            path = os.path.join(tmp, "k.cubin")
-            with open(path, "wb") as f:
-                f.write(cubin[elf:])
-            listing = subprocess.run([tool, "-c", "-plr", "-lrm", "count", path], check=True,
-                                     capture_output=True, text=True).stdout
-            report(f"{kernel} {arch}", listing)
+    for (kernel, arch), cubin in cubins(argv[0]).items():
+        listing = disassemble(tool, cubin, "-plr", "-lrm", "count")
+        if listing is None:
+            print(f"== {kernel} {arch}: no ELF image in its cache entry")
+            continue
+        report(f"{kernel} {arch}", listing)
     return 0
 
 
