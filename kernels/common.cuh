@@ -391,8 +391,13 @@ __device__ __forceinline__ Unit make_unit(const NjParams& p, idx_t round) {
   Unit u;
   u.active = unit < units;
   const idx_t safe = u.active ? unit : 0;
+#if NJ_NCDHW_SPLITS
   u.instance = quotient(safe, p.chunks, p.by_chunks);
   u.chunk = (int)(safe - u.instance * p.chunks);
+#else
+  u.instance = safe;  // one chunk an instance (the host's launchable): no quotient before the loads
+  u.chunk = 0;
+#endif
 #if NJ_BACKWARD
   if (p.channel_major) {  // unit = c * N + n
     const idx_t c = quotient(u.instance, p.N, p.by_n);
@@ -412,6 +417,13 @@ __device__ __forceinline__ idx_t num_rounds(const NjParams& p) {
   const idx_t groups = (idx_t)gridDim.x * NJ_GROUPS_PER_CTA;
   const idx_t units = (idx_t)p.N * p.C * p.chunks;
   return (units + groups - 1) / groups;
+}
+
+// Whether round `round` holds any unit: round < num_rounds(p) without its division, which ptxas
+// schedules in front of the first round's loads however the loop is written (~25 dependent
+// instructions before the first load of the deep tiers, nvdisasm sm_90). The round loops test this.
+__device__ __forceinline__ bool round_has_units(const NjParams& p, idx_t round) {
+  return round * (idx_t)gridDim.x * NJ_GROUPS_PER_CTA < (idx_t)p.N * p.C * p.chunks;
 }
 
 // Elements covered by chunk j of an instance.

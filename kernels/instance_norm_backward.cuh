@@ -294,14 +294,13 @@ __device__ __forceinline__ void backward_resident(const NjParams& p, float* smem
 // writes dx, round after round.
 __device__ __forceinline__ void backward_rounds(const NjParams& p, float* smem, float* merged, float* channel_sums) {
   const int lane = threadIdx.x % NJ_GROUP;
-  const idx_t rounds = num_rounds(p);
   constexpr idx_t kTile = (idx_t)NJ_GROUP * NJ_ITEMS;
   TileRing ring;
 #if NJ_RING
   ring_start(p, ring, p.x, p.dy, p.residual);
 #endif
 
-  for (idx_t round = 0; round < rounds; ++round) {
+  for (idx_t round = 0; round_has_units(p, round); ++round) {
     const Unit u = make_unit(p, round);
     const BwdContext s = bwd_context(p, u);
     float sums[2] = {0.f, 0.f};

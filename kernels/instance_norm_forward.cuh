@@ -240,14 +240,13 @@ __device__ __forceinline__ void forward_resident(const NjParams& p, float* smem,
 // writes, round after round.
 __device__ __forceinline__ void forward_rounds(const NjParams& p, float* smem) {
   const int lane = threadIdx.x % NJ_GROUP;
-  const idx_t rounds = num_rounds(p);
   constexpr idx_t kTile = (idx_t)NJ_GROUP * NJ_ITEMS;
   TileRing ring;
 #if NJ_RING
   ring_start(p, ring, p.x, nullptr, nullptr);
 #endif
 
-  for (idx_t round = 0; round < rounds; ++round) {
+  for (idx_t round = 0; round_has_units(p, round); ++round) {
     const Unit u = make_unit(p, round);
     const Affine affine = load_affine(p, u);  // issued before the reductions' barriers: off the chain
     float mean, rstd;

@@ -263,12 +263,12 @@ extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
 normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
   __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
   __shared__ bool last_flag;
-  const idx_t rounds = tile_rounds(p);
   nj_phase_start(true);
   NhwcRing ring;
   nhwc_ring_start(p, ring);
 
-  for (idx_t round = 0; round < rounds; ++round) {
+  idx_t round = 0;
+  for (; tile_round_has_units(p, round); ++round) {
     const TileUnit u = make_tile_unit(p, round);
     const idx_t inst = u.n * channel_tiles(p) + u.tile;
     ChannelParams cp;
@@ -338,7 +338,7 @@ normjit_instance_norm_nhwc_forward(const __grid_constant__ NjParams p) {
     exchange_leave_end(p.counters, inst, p.chunks, leave_ticket);
   }
   nhwc_ring_finish();
-  nj_nhwc_phase_report("forward", rounds, p.chunks);
+  nj_nhwc_phase_report("forward", round, p.chunks);
 #if NJ_TRAIN && NJ_RUNNING
   finish_running_stats(p, &last_flag);
 #endif
@@ -468,13 +468,13 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #if NJ_CLUSTER
   cluster_started();  // cluster_weight_grads waits for it before writing to rank 0
 #endif
-  const idx_t rounds = tile_rounds(p);
   nj_phase_start(true);
 #if !NJ_CACHED
   NhwcRing ring;  // empty: the backward loads its tiles into registers (nhwc_ring.cuh says why)
 #endif
 
-  for (idx_t round = 0; round < rounds; ++round) {
+  idx_t round = 0;
+  for (; tile_round_has_units(p, round); ++round) {
     const TileUnit u = make_tile_unit(p, round);
     const idx_t inst = u.n * channel_tiles(p) + u.tile;
     ChannelParams cp;
@@ -537,7 +537,7 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     nj_phase_mark(kNhwcCluster);
 #endif
   }
-  nj_nhwc_phase_report("backward", rounds, p.chunks);
+  nj_nhwc_phase_report("backward", round, p.chunks);
 #if NJ_AFFINE
   if (!p.channel_major) finish_weight_grads(p, &last_flag);
 #endif

@@ -70,8 +70,11 @@ __device__ __forceinline__ int thread_row(const TileUnit&) { return threadIdx.x 
 __device__ __forceinline__ idx_t row_elems(const NjParams& p, const TileUnit&) { return p.C; }
 #endif
 
+// Units: the chunks of every (sample, channel tile) instance.
+__device__ __forceinline__ idx_t tile_units(const NjParams& p) { return p.N * channel_tiles(p) * p.chunks; }
+
 __device__ __forceinline__ TileUnit make_tile_unit(const NjParams& p, idx_t round) {
-  const idx_t units = p.N * channel_tiles(p) * p.chunks;
+  const idx_t units = tile_units(p);
   const idx_t unit = round * gridDim.x + blockIdx.x;
   TileUnit u;
 #if NJ_FLAT
@@ -83,15 +86,23 @@ __device__ __forceinline__ TileUnit make_tile_unit(const NjParams& p, idx_t roun
 #endif
   u.active = unit < units;
   const idx_t safe = u.active ? unit : 0;
+#if NJ_CACHED
+  const idx_t inst = safe;  // one chunk a unit (the host's launchable): no quotient before the loads
+  u.chunk = 0;
+#else
   const idx_t inst = quotient(safe, p.chunks, p.by_chunks);
   u.chunk = (int)(safe - inst * p.chunks);
+#endif
 #if NJ_CLUSTER
   // A cluster per channel tile, a CTA per sample (cluster_weight_grads; one unit per CTA).
   u.n = cluster_rank();
   u.tile = cluster_index();
 #else
-  u.n = inst / channel_tiles(p);
-  u.tile = inst % channel_tiles(p);
+  // Samples fastest, as in the clusters: the host's divisor of N splits the instance, where the
+  // channel tiles' count would need a hardware-less division (~25 dependent instructions in front
+  // of the deep tiers' first load, nvdisasm sm_90).
+  u.tile = quotient(inst, p.N, p.by_n);
+  u.n = inst - u.tile * p.N;
 #endif
   u.c0 = u.tile * tile_width(u) + (idx_t)thread_lane(u) * NJ_VEC;
   u.c_valid = u.active && (NJ_FLAT ? thread_row(u) < tile_rows(u) : u.c0 < p.C);
@@ -101,8 +112,12 @@ __device__ __forceinline__ TileUnit make_tile_unit(const NjParams& p, idx_t roun
 }
 
 __device__ __forceinline__ idx_t tile_rounds(const NjParams& p) {
-  const idx_t units = p.N * channel_tiles(p) * p.chunks;
-  return (units + gridDim.x - 1) / gridDim.x;
+  return (tile_units(p) + gridDim.x - 1) / gridDim.x;
+}
+// Whether round `round` holds any unit: round < tile_rounds(p) without its division (see
+// round_has_units). The round loops test this.
+__device__ __forceinline__ bool tile_round_has_units(const NjParams& p, idx_t round) {
+  return round * (idx_t)gridDim.x < tile_units(p);
 }
 
 __device__ __forceinline__ idx_t elem_at(const NjParams& p, const TileUnit& u, idx_t s) {
