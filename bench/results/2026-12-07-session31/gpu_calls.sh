@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Session 31's device calls. Set-up, here, from main (see session 30's gpu_calls.sh for the others):
+#   git archive main --prefix=.baseline/ | tar x
+#   T=bench/results/2026-12-07-session30 U=bench/results/2026-12-07-session31
+#   for v in stasync:$T/stasync_push nodiv:$U/no_divisions kw:$T/kept_whole c8:bench/results/2026-12-07-session29/cluster_split_items8; do
+#     d=.variants/${v%%:*}; mkdir -p $d && git archive main | tar x -C $d && git apply --directory=$d ${v#*:}.patch; done
+#   git apply $T/stasync_push.patch $U/no_divisions.patch   # the working tree, "new" below
+# C1 (~560 s, the landing call): the st.async push (stasync), the division-free round loop and unit
+#   split (nodiv) and both (new) against main on the deep shapes of both layouts and a streamed
+#   control, fp16; then the GPU suite on this tree (both changes).
+# C2 (~220 s, no suite): bf16 of the same deep kernels, and the mid-stage channels-last forward
+#   candidates of session 30's B (c8, kw1, kw2, kw16) on (2,256,16^3) and its neighbours.
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
+OUT=${OUT:-./session31_out}
+case "${1:-}" in
+  C1) COMPARE_TREES="stasync=.variants/stasync nodiv=.variants/nodiv" SKIP_SUITE=0 AB_TIMEOUT=${AB_TIMEOUT:-220} \
+        SUITE_TIMEOUT=${SUITE_TIMEOUT:-330} OUT=$OUT/C1 bench/ab_then_suite.sh .baseline --layouts ncdhw,ndhwc \
+        --modes fwd,bwd --dtypes fp16 --shapes 2,320,8,8,8 2,320,4,4,4 8,320,4,4,4 4,256,8,8,8 2,128,32,32,32 ;;
+  C2) COMPARE_TREES="stasync=.variants/stasync nodiv=.variants/nodiv" SKIP_SUITE=1 AB_TIMEOUT=${AB_TIMEOUT:-110} \
+        OUT=$OUT/C2a bench/ab_then_suite.sh .baseline --layouts ncdhw,ndhwc --modes fwd,bwd --dtypes bf16 \
+        --shapes 2,320,8,8,8 2,320,4,4,4 8,320,4,4,4
+      COMPARE_TREES="c8=.variants/c8,NORMJIT_CLUSTER_SPLIT=1,NORMJIT_CLUSTER_SPLIT_ITEMS=8 kw1=.variants/kw,NORMJIT_KEPT_WHOLE=1 kw2=.variants/kw,NORMJIT_KEPT_WHOLE=2 kw16=.variants/kw,NORMJIT_KEPT_WHOLE=2,NORMJIT_NHWC_MIN_ROW_BYTES=16" \
+        SKIP_SUITE=1 AB_TIMEOUT=${AB_TIMEOUT:-130} OUT=$OUT/C2b bench/ab_then_suite.sh .baseline --layouts ndhwc \
+        --modes fwd --dtypes fp16 --shapes 2,256,16,16,16 1,320,12,12,12 3,200,9,10,11 2,128,32,32,32 ;;
+  # KW (~330 s, the next landing call): this working tree = main + kept_whole_default.patch (the kept
+  #   forward with one chunk a unit, default where a unit of 16-byte rows is at most 36 KB), against
+  #   .baseline = main, on the shapes its rule takes (and two it leaves), fp16 and fp32; then the suite.
+  #   git archive main --prefix=.baseline/ | tar x; git apply bench/results/2026-12-07-session31/kept_whole_default.patch
+  KW) SKIP_SUITE=0 AB_TIMEOUT=${AB_TIMEOUT:-110} SUITE_TIMEOUT=${SUITE_TIMEOUT:-330} OUT=$OUT/KW \
+        bench/ab_then_suite.sh .baseline --layouts ndhwc --modes fwd --dtypes fp16,fp32 --shapes 3,200,9,10,11 \
+        2,256,12,12,12 1,24,12,12,12 2,256,13,13,13 1,320,12,12,12 2,256,16,16,16 ;;
+  *) echo "usage: gpu_calls.sh C1|C2|KW" >&2; exit 2 ;;
+esac
