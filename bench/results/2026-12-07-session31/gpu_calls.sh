@@ -5,6 +5,8 @@
 #   for v in stasync:$T/stasync_push nodiv:$U/no_divisions kw:$T/kept_whole c8:bench/results/2026-12-07-session29/cluster_split_items8; do
 #     d=.variants/${v%%:*}; mkdir -p $d && git archive main | tar x -C $d && git apply --directory=$d ${v#*:}.patch; done
 #   git apply $T/stasync_push.patch $U/no_divisions.patch   # the working tree, "new" below
+# (C1 and C2 ran on main e09be60; no_divisions.patch has landed since, as e582215. KW is for main
+# after it.)
 # C1 (~560 s, the landing call): the st.async push (stasync), the division-free round loop and unit
 #   split (nodiv) and both (new) against main on the deep shapes of both layouts and a streamed
 #   control, fp16; then the GPU suite on this tree (both changes).
@@ -23,12 +25,19 @@ case "${1:-}" in
       COMPARE_TREES="c8=.variants/c8,NORMJIT_CLUSTER_SPLIT=1,NORMJIT_CLUSTER_SPLIT_ITEMS=8 kw1=.variants/kw,NORMJIT_KEPT_WHOLE=1 kw2=.variants/kw,NORMJIT_KEPT_WHOLE=2 kw16=.variants/kw,NORMJIT_KEPT_WHOLE=2,NORMJIT_NHWC_MIN_ROW_BYTES=16" \
         SKIP_SUITE=1 AB_TIMEOUT=${AB_TIMEOUT:-130} OUT=$OUT/C2b bench/ab_then_suite.sh .baseline --layouts ndhwc \
         --modes fwd --dtypes fp16 --shapes 2,256,16,16,16 1,320,12,12,12 3,200,9,10,11 2,128,32,32,32 ;;
-  # KW (~330 s, the next landing call): this working tree = main + kept_whole_default.patch (the kept
-  #   forward with one chunk a unit, default where a unit of 16-byte rows is at most 36 KB), against
-  #   .baseline = main, on the shapes its rule takes (and two it leaves), fp16 and fp32; then the suite.
-  #   git archive main --prefix=.baseline/ | tar x; git apply bench/results/2026-12-07-session31/kept_whole_default.patch
-  KW) SKIP_SUITE=0 AB_TIMEOUT=${AB_TIMEOUT:-110} SUITE_TIMEOUT=${SUITE_TIMEOUT:-330} OUT=$OUT/KW \
-        bench/ab_then_suite.sh .baseline --layouts ndhwc --modes fwd --dtypes fp16,fp32 --shapes 3,200,9,10,11 \
-        2,256,12,12,12 1,24,12,12,12 2,256,13,13,13 1,320,12,12,12 2,256,16,16,16 ;;
+  # KW (~400 s, the next landing call; here, from main): .baseline = main; .variants/kw = main +
+  #   kept_whole_default.patch (the kept forward with one chunk a unit where a unit of 16-byte rows is
+  #   at most 36 KB); .variants/hs = main + half_sector_tiles.patch (the deep tiers' tiles of one
+  #   16-byte vector where no 32-byte-row tile holds a unit); the working tree = main + both ("new"):
+  #   git archive main --prefix=.baseline/ | tar x
+  #   for v in kw:kept_whole_default hs:half_sector_tiles; do d=.variants/${v%%:*}; mkdir -p $d &&
+  #     git archive main | tar x -C $d && git apply --directory=$d bench/results/2026-12-07-session31/${v#*:}.patch; done
+  #   git apply bench/results/2026-12-07-session31/kept_whole_default.patch bench/results/2026-12-07-session31/half_sector_tiles.patch
+  # A/B (fp16, forward and backward) on the shapes each rule takes and two controls, then the suite on both.
+  # Land each tree whose rows win and none lose by more than noise (update README's tier row).
+  KW) COMPARE_TREES="kw=.variants/kw hs=.variants/hs" SKIP_SUITE=0 AB_TIMEOUT=${AB_TIMEOUT:-150} \
+        SUITE_TIMEOUT=${SUITE_TIMEOUT:-330} OUT=$OUT/KW bench/ab_then_suite.sh .baseline --layouts ndhwc --modes fwd,bwd \
+        --dtypes fp16 --shapes 2,256,12,12,12 1,320,12,12,12 3,200,11,12,13 2,320,5,12,10 3,200,9,10,11 \
+        2,256,10,10,10 2,256,16,16,16 2,320,8,8,8 ;;
   *) echo "usage: gpu_calls.sh C1|C2|KW" >&2; exit 2 ;;
 esac
