@@ -39,5 +39,14 @@ case "${1:-}" in
         SUITE_TIMEOUT=${SUITE_TIMEOUT:-330} OUT=$OUT/KW bench/ab_then_suite.sh .baseline --layouts ndhwc --modes fwd,bwd \
         --dtypes fp16 --shapes 2,256,12,12,12 1,320,12,12,12 3,200,11,12,13 2,320,5,12,10 3,200,9,10,11 \
         2,256,10,10,10 2,256,16,16,16 2,320,8,8,8 ;;
-  *) echo "usage: gpu_calls.sh C1|C2|KW" >&2; exit 2 ;;
+  # ST (~120 s, no suite): the st.async push (st, session 30's rebased) and the same with the inbox armed
+  #   and the start announced behind the tile's loads (stl: first load back at instruction ~65 from
+  #   ~86, nvdisasm sm_90) against .baseline = main on the cluster backwards, fp16 and bf16. Set-up:
+  #   for v in st:stasync_push_on_e582215 stl:stasync_late_arm; do d=.variants/${v%%:*}; mkdir -p $d &&
+  #     git archive main | tar x -C $d && git apply --directory=$d bench/results/2026-12-07-session31/${v#*:}.patch; done
+  #   If stl wins every row, its suite: cd .variants/stl && OUT=$OUT/stl_suite scripts/gpu_check.sh build tests
+  ST) COMPARE_TREES="st=.variants/st stl=.variants/stl" SKIP_SUITE=1 AB_TIMEOUT=${AB_TIMEOUT:-150} OUT=$OUT/ST \
+        bench/ab_then_suite.sh .baseline --layouts ndhwc --modes bwd --dtypes fp16,bf16 --shapes 2,320,8,8,8 \
+        2,320,4,4,4 8,320,4,4,4 4,256,8,8,8 3,200,5,7,11 ;;
+  *) echo "usage: gpu_calls.sh C1|C2|KW|ST" >&2; exit 2 ;;
 esac
