@@ -16,6 +16,18 @@ set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 OUT=${OUT:-./session31_out}
 case "${1:-}" in
+  # setup (here, on the CPU machine, from a clean main): .baseline, .variants/{kw,hs,st,stl} and the
+  #   working tree = main + both heuristics patches, as KW and ST expect.
+  setup)
+    U=bench/results/2026-12-07-session31
+    git diff --quiet || { echo "gpu_calls.sh setup: the working tree has changes; start from a clean main" >&2; exit 1; }
+    rm -rf .baseline .variants
+    git archive HEAD --prefix=.baseline/ | tar x
+    for v in kw:kept_whole_default hs:half_sector_tiles st:stasync_push_on_e582215 stl:stasync_late_arm; do
+      d=.variants/${v%%:*}
+      mkdir -p "$d" && git archive HEAD | tar x -C "$d" && git apply --directory="$d" "$U/${v#*:}.patch" || exit 1
+    done
+    git apply "$U/kept_whole_default.patch" "$U/half_sector_tiles.patch" ;;
   C1) COMPARE_TREES="stasync=.variants/stasync nodiv=.variants/nodiv" SKIP_SUITE=0 AB_TIMEOUT=${AB_TIMEOUT:-220} \
         SUITE_TIMEOUT=${SUITE_TIMEOUT:-330} OUT=$OUT/C1 bench/ab_then_suite.sh .baseline --layouts ncdhw,ndhwc \
         --modes fwd,bwd --dtypes fp16 --shapes 2,320,8,8,8 2,320,4,4,4 8,320,4,4,4 4,256,8,8,8 2,128,32,32,32 ;;
@@ -48,5 +60,5 @@ case "${1:-}" in
   ST) COMPARE_TREES="st=.variants/st stl=.variants/stl" SKIP_SUITE=1 AB_TIMEOUT=${AB_TIMEOUT:-150} OUT=$OUT/ST \
         bench/ab_then_suite.sh .baseline --layouts ndhwc --modes bwd --dtypes fp16,bf16 --shapes 2,320,8,8,8 \
         2,320,4,4,4 8,320,4,4,4 4,256,8,8,8 3,200,5,7,11 ;;
-  *) echo "usage: gpu_calls.sh C1|C2|KW|ST" >&2; exit 2 ;;
+  *) echo "usage: gpu_calls.sh setup|C1|C2|KW|ST" >&2; exit 2 ;;
 esac
