@@ -634,6 +634,40 @@ Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfil
   return l;
 }
 
+// The kept forward with one chunk a unit, where the kept split would cut small units into chunks
+// and exchange their statistics: the channel tile narrows to 16-byte rows (one vector: 8 fp16
+// channels) so that each CTA's slots hold every position of its unit, and no exchange runs.
+// Only where the units fit one CTA an SM (a wave of at most `sms` CTAs) and a unit is at most
+// kKeptWholeMaxBytes. Measured on the H200 (session 31, CUPTI, fp16 and bf16 alike), against the
+// kept split: (2,256,11^3) 7.9 -> 6.0 us, (2,256,12^3) 8.3 -> 6.8, (1,320,12^3) 8.0 -> 6.3,
+// (2,320,12^3) 8.4 -> 7.2, (2,64,12^3) 7.7 -> 6.3, (2,256,13^3) 8.6 -> 7.8 (35 KB a unit); level
+// at (2,256,14^3) (44 KB, 9.1 -> 9.2), slower beyond: 15^3 9.6 -> 10.6 (54 KB), (2,256,16^3)
+// 9.5 -> 12.2 (64 KB), (1,96,16^3) 7.8 -> 10.9; and where the grid passes the SMs, (4,320,12^3)
+// 9.8 -> 10.9 (160 CTAs). bench/results/2026-12-07-session31/k*_kept_whole_ab_table.md.
+constexpr int64_t kKeptWholeMaxBytes = 36 * 1024;
+constexpr int kKeptWholeRowBytes = 16;
+Launch nhwc_kept_whole(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+  const NhwcGeometry wide = nhwc_geometry(f, s);
+  const int stages = nhwc_kept_stages(f, wide.vec, dev);
+  if (stages == 0 || wide.flat || split_mode() == SplitMode::l2 || split_mode() == SplitMode::registers) return {};
+  const int row_bytes = wide.vec * dtype_size(f.dtype);
+  int lanes = wide.lanes;
+  while (lanes > 1 && (lanes / 2) * row_bytes >= kKeptWholeRowBytes) lanes /= 2;
+  const NhwcGeometry g = nhwc_geometry(f, s, lanes);
+  const int64_t tile_rows = int64_t(kNhwcSplitThreads / g.lanes) * kBoundedItems;
+  const int64_t tiles = ceil_div(g.extent, tile_rows);
+  if (tiles > stages || s.N * g.tiles > dev.sms || g.extent * g.lanes * row_bytes > kKeptWholeMaxBytes) return {};
+  Launch l;
+  l.config = nhwc_config(g, kNhwcSplitThreads, kBoundedItems, nhwc_min_blocks(kNhwcSplitThreads, dev), false,
+                         needs_index64(s), stages, true);
+  l.chunks = 1;
+  l.chunk_vectors = g.extent;
+  l.grid = s.N * g.tiles;
+  l.smem_bytes = tiles * ring_bytes(f, l.config) / stages;
+  l.tier = "channels-last split, kept whole in shared memory (one chunk a unit)";
+  return l;
+}
+
 // The smaller tier (a CTA of 64, else 256) that holds a whole unit of channel tiles at most
 // `max_lanes` vectors wide; threads == 0 when neither does.
 Launch nhwc_fitting_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy,
@@ -719,6 +753,7 @@ Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
   if (!f.train)
     return nhwc_split(f, s, dev, std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / insts)),
                       "channels-last split (elementwise)");
+  if (const Launch l = nhwc_kept_whole(f, s, dev); l.config.threads != 0) return l;
   if (const Launch l = nhwc_kept_split(f, s, dev); l.config.threads != 0) return l;
   // Streamed twice, chunks sized so one round's reads fit in half the L2 (see choose_ncdhw), and
   // enough of them to fill the GPU.

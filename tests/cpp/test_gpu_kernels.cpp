@@ -207,6 +207,31 @@ TEST(GpuKernelsChannelsLastKept, EdgeShapesMatchDoubleReference) {
   }
 }
 
+// The kept channels-last forward with one chunk a unit (heuristics nhwc_kept_whole): tiles of one
+// 16-byte vector, a CTA's slots holding every position of its unit, no exchange. Covers fp16 with
+// two tiles a unit, C = 200 in bf16 with a residual and leaky_relu, fp32 (4-channel tiles) with
+// mean >> std, prime volumes without affine, and a unit of one partly filled tile (1001 positions).
+TEST(GpuKernelsChannelsLastKept, WholeUnitsMatchDoubleReference) {
+  REQUIRE_GPU();
+  using A = normjit::Activation;
+  const normjit::DeviceProfile dev = normjit::live_profile(0);
+  const std::vector<Case> cases = {
+      {{2, 256, 12, 12, 12}, DType::f16, true},
+      {{3, 200, 11, 12, 13}, DType::bf16, true, true, A::leaky_relu, true},
+      {{1, 24, 12, 12, 12}, DType::f32, true, true, A::identity, false, 1000.f},
+      {{1, 64, 7, 11, 13}, DType::f16, true, false, A::gelu_erf, false},
+      {{2, 40, 12, 12, 12}, DType::f16, true, true, A::silu, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    const normjit::Launch l = default_launch(c, true, dev);
+    EXPECT_TRUE(l.config.resident && l.chunks == 1 && !l.cooperative &&
+                std::string(l.tier).find("kept whole") != std::string::npos)
+        << l.tier << ", chunks " << l.chunks;
+    check_case(c);
+  }
+}
+
 // Channels-last deep stages: channel tiles narrower than the natural 8 vectors, each (sample,
 // tile) unit held whole by one CTA (nhwc_deep_tier in heuristics.cpp). Covers two-lane tiles in a
 // CTA of 256 (128 rows: the column sums shared by 8-16 threads a column) and of 64, fp32 rows of

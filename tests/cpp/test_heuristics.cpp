@@ -560,6 +560,69 @@ TEST(Heuristics, ChannelsLastForwardKeepsChunksOnChip) {
   }
 }
 
+TEST(Heuristics, ChannelsLastForwardKeepsSmallUnitsWhole) {
+  // The kept forward with one chunk a unit (heuristics nhwc_kept_whole): where a unit of 16-byte
+  // rows is at most 36 KB and the units fit one CTA an SM, the channel tile narrows to one 16-byte
+  // vector and no exchange runs. The rows follow the H200 measurements the rule was drawn from
+  // (session 31): kept whole where it won (11^3 to 13^3), the kept split where it lost (14^3 and
+  // up, or more units than SMs).
+  struct Row {
+    Shape shape;
+    DType dtype;
+    bool whole;
+  };
+  const Row rows[] = {
+      {{2, 256, 11, 11, 11}, DType::f16, true},   {{2, 256, 12, 12, 12}, DType::f16, true},
+      {{1, 320, 12, 12, 12}, DType::bf16, true},  {{2, 320, 12, 12, 12}, DType::f16, true},
+      {{2, 64, 12, 12, 12}, DType::f16, true},    {{2, 256, 13, 13, 13}, DType::f16, true},  // 35 KB a unit
+      {{3, 200, 11, 12, 13}, DType::bf16, true}, {{1, 24, 12, 12, 12}, DType::f32, true},
+      {{2, 256, 14, 14, 14}, DType::f16, false},  // 44 KB a unit: level with the split
+      {{2, 256, 16, 16, 16}, DType::f16, false},  {{1, 96, 16, 16, 16}, DType::f16, false},
+      {{4, 320, 12, 12, 12}, DType::f16, false},  // 160 units: more than the SMs
+      {{2, 320, 12, 12, 12}, DType::f32, false},  // fp32: 160 units of 4 channels
+      {{2, 30, 12, 12, 12}, DType::f16, false},   // flat super-rows
+  };
+  const DeviceProfile dev = builtin_profile("H200");
+  for (const Row& r : rows) {
+    const CallKeys k = forward_keys(fwd_args(r.shape, r.dtype, Layout::ndhwc));
+    const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+    SCOPED_TRACE(std::string(dtype_name(r.dtype)) + " C=" + std::to_string(r.shape[1]) + " D=" +
+                 std::to_string(r.shape[2]) + ": " + l.tier);
+    EXPECT_TRUE(launchable(k.fusion, k.shape, l, dev));
+    const bool whole = std::string(l.tier).find("kept whole") != std::string::npos;
+    EXPECT_EQ(whole, r.whole);
+    if (!whole) continue;
+    EXPECT_TRUE(l.config.resident);
+    EXPECT_FALSE(l.config.cached);
+    EXPECT_FALSE(l.cooperative);
+    EXPECT_EQ(l.chunks, 1);
+    EXPECT_EQ(l.config.group * l.config.vec * dtype_size(r.dtype), 16) << describe(l.config);
+    const int64_t spatial = k.shape.spatial;
+    EXPECT_EQ(l.chunk_vectors, spatial);
+    EXPECT_EQ(l.grid, r.shape[0] * (r.shape[1] / l.config.vec));
+    EXPECT_LE(l.grid, dev.sms);
+    const int64_t tile_rows = int64_t(l.config.threads / l.config.group) * l.config.items;
+    const int64_t tiles = (spatial + tile_rows - 1) / tile_rows;
+    EXPECT_LE(tiles, l.config.stages);
+    EXPECT_EQ(l.smem_bytes, tiles * ring_bytes(k.fusion, l.config) / l.config.stages);
+    // The configs are the kept split's at a narrower tile: in the bounded set already.
+    const auto configs = enumerate_configs(k.fusion, Policy::bounded, dev);
+    EXPECT_TRUE(std::any_of(configs.begin(), configs.end(),
+                            [&](const KernelConfig& c) { return bytes_equal(c, l.config); }));
+    // Not for the backward or eval, nor under NORMJIT_SPLIT=l2 or registers.
+    FusionKey b = k.fusion;
+    b.direction = Direction::backward;
+    b.save = false;
+    EXPECT_EQ(std::string(choose_launch(b, k.shape, dev, Policy::bounded).tier).find("kept whole"), std::string::npos);
+    for (const char* mode : {"l2", "registers"}) {
+      setenv("NORMJIT_SPLIT", mode, 1);
+      const Launch m = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+      unsetenv("NORMJIT_SPLIT");
+      EXPECT_FALSE(m.config.resident) << mode;
+    }
+  }
+}
+
 TEST(Heuristics, ChannelsLastDeepStagesNarrowTheChannelTiles) {
   // Few positions and many channels: at 8 vectors a tile (64 fp16 channels) (2,320,8^3) had 10
   // units; tiles of fewer lanes give more units, each held whole by one CTA (no exchange), until
