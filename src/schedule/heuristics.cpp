@@ -735,11 +735,23 @@ Launch nhwc_deep_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile
   if (g.flat || (best.config.threads != 0 && f.direction == Direction::backward &&
                  !nhwc_backward_without_pass(f, s, dev, best)))
     return best;
-  for (int lanes = g.lanes / 2; nhwc_row_wide_enough(f, g, lanes); lanes /= 2) {
+  int lanes = g.lanes / 2;
+  for (; nhwc_row_wide_enough(f, g, lanes); lanes /= 2) {
     if (best.config.threads != 0 && best.grid >= dev.sms) break;
     if (const Launch narrower = nhwc_fitting_tier(f, s, dev, policy, lanes); narrower.config.threads != 0)
       best = narrower;
   }
+  // Where no tile of whole-sector rows holds a unit, so that a split with its exchange would
+  // follow, rows of one 16-byte vector (half a sector) may still: nnU-Net's (2,320,5,12,10) (the
+  // fifth stage of an 80x192x160 patch, 600 positions) ran its forward as a kept split of 10 CTAs
+  // and its backward as a streamed split of 2 chunks; in tiles of 8 fp16 channels both are 80
+  // CTAs holding a unit each. Measured on the H200 (session 31, NORMJIT_NHWC_MIN_ROW_BYTES=16):
+  // (3,200,9,10,11) forward 8.2 -> 4.8 us. Not for a backward with a residual, whose fp16 tiles
+  // then spill (nhwc_min_row_bytes), nor where NORMJIT_NHWC_MIN_ROW_BYTES turned the narrowing off.
+  const bool residual_backward = f.direction == Direction::backward && f.residual;
+  if (best.config.threads == 0 && !residual_backward && nhwc_min_row_bytes() <= 32)
+    for (; lanes >= 1 && lanes * g.vec * dtype_size(f.dtype) >= 16 && best.config.threads == 0; lanes /= 2)
+      best = nhwc_fitting_tier(f, s, dev, policy, lanes);
   return best;
 }
 

@@ -237,7 +237,7 @@ TEST(GpuKernelsChannelsLastKept, WholeUnitsMatchDoubleReference) {
 // CTA of 256 (128 rows: the column sums shared by 8-16 threads a column) and of 64, fp32 rows of
 // two 4-wide vectors with mean >> std, 2-byte vectors (16 lanes, the last tile with one channel),
 // 8 channels (one lane, 256 rows: 16-32 threads a column), bf16, a residual with leaky_relu and
-// no affine.
+// no affine, and units that only tiles of one 16-byte vector hold.
 TEST(GpuKernelsChannelsLastDeep, NarrowTilesMatchDoubleReference) {
   REQUIRE_GPU();
   using A = normjit::Activation;
@@ -250,6 +250,9 @@ TEST(GpuKernelsChannelsLastDeep, NarrowTilesMatchDoubleReference) {
       {{2, 321, 4, 4, 4}, DType::f16, true},
       {{3, 64, 7, 8, 9}, DType::f16, true, false, A::gelu_erf, false},
       {{3, 8, 8, 8, 8}, DType::f16, true, true, A::leaky_relu, true},
+      // Tiles of one 16-byte vector where none of 32-byte rows holds a unit (600 and 990 positions).
+      {{2, 320, 5, 12, 10}, DType::f16, true, true, A::leaky_relu, false},
+      {{3, 200, 9, 10, 11}, DType::bf16, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::PrintToString(c));

@@ -658,6 +658,27 @@ TEST(Heuristics, ChannelsLastDeepStagesNarrowTheChannelTiles) {
       EXPECT_FALSE(l.cooperative);
     }
   }
+  // Where no tile of 32-byte rows holds a unit, tiles of one 16-byte vector do (instead of a split):
+  // nnU-Net's (2,320,5,12,10), 600 positions; not for a backward with a residual (its fp16 tiles
+  // spill), which stays a split.
+  for (const Row& r : {Row{{2, 320, 5, 12, 10}, DType::f16, 256, 1, 80}, Row{{3, 200, 9, 10, 11}, DType::bf16, 256, 1, 75},
+                       Row{{2, 64, 10, 10, 10}, DType::f32, 256, 1, 32}}) {
+    for (bool forward : {true, false}) {
+      const CallKeys k = forward ? forward_keys(fwd_args(r.shape, r.dtype, Layout::ndhwc))
+                                 : backward_keys(bwd_args(r.shape, r.dtype, Layout::ndhwc));
+      const Launch l = launch_for(k, "H100");
+      SCOPED_TRACE(describe(l.config) + (forward ? " fwd " : " bwd ") + std::to_string(r.shape[1]));
+      EXPECT_EQ(l.config.threads, r.threads);
+      EXPECT_EQ(l.config.group, r.lanes);
+      EXPECT_EQ(l.grid, r.grid);
+      EXPECT_EQ(l.chunks, 1);
+      EXPECT_TRUE(l.config.cached);
+    }
+  }
+  BackwardArgs with_residual = bwd_args({2, 320, 5, 12, 10}, DType::f16, Layout::ndhwc);
+  with_residual.residual = with_residual.x;
+  with_residual.activation = Activation::leaky_relu;
+  EXPECT_FALSE(launch_for(backward_keys(with_residual), "H100").config.cached);
   // Bigger volumes keep the natural width: a unit is more than a CTA holds at any width.
   EXPECT_EQ(launch_for(forward_keys(fwd_args({2, 128, 32, 32, 32}, DType::f16, Layout::ndhwc)), "H100").config.group, 8);
   EXPECT_EQ(launch_for(forward_keys(fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ndhwc)), "H100").config.group,
