@@ -22,8 +22,16 @@
 #else
 #define NJ_NSUM 1
 #endif
-// The streamed forward's ring holds x (nhwc_ring.cuh; a residual is read where it is added).
+// The tensors a stage of shared-memory slots holds (nhwc_ring.cuh): the forward's x (a residual
+// is read where it is added); the kept backward's x and dy, and the residual where the activation's
+// gradient reads it.
+#if !NJ_BACKWARD
 #define NJ_RING_TENSORS 1
+#elif NJ_ACT != 0 && NJ_RESIDUAL
+#define NJ_RING_TENSORS 3
+#else
+#define NJ_RING_TENSORS 2
+#endif
 
 #include "nhwc_tile.cuh"
 #include "phase_clock.cuh"  // a measurement build's stamps (nothing unless NJ_PHASE_CLOCKS)
@@ -31,10 +39,10 @@
 
 // Whether this kernel may run as a split (chunks > 1) and so carries the exchange: the cached
 // kernels are the tiers, one CTA per (sample, channel tile) unit, which never split (the host's
-// launchable). Compiled in, the exchange's code cost the deep tiers of (2,320,8^3) and
-// (2,320,4^3) 126-128 registers a thread against 72-123 without it, and twice the compile time
-// (ptxas, sm_90; docs/PERF_NOTES.md, session 26).
-#define NJ_NHWC_SPLITS (!NJ_CACHED)
+// launchable), nor do the cluster kernels (one unit a CTA). Compiled in, the exchange's code cost
+// the deep tiers of (2,320,8^3) and (2,320,4^3) 126-128 registers a thread against 72-123 without
+// it, and twice the compile time (ptxas, sm_90; docs/PERF_NOTES.md, session 26).
+#define NJ_NHWC_SPLITS (!NJ_CACHED && !NJ_CLUSTER)
 
 struct NhwcTile {
   vec_t x[NJ_ITEMS];
@@ -98,7 +106,13 @@ __device__ __forceinline__ void nhwc_stream(const NjParams& p, NhwcRing& ring, c
   for (idx_t k = 0; k < tiles; ++k) {
     if (!output_pass) nhwc_kept_wait(k);
     NhwcTile t;
+#if !NJ_BACKWARD
     slots_read((int)k, t.x, nullptr, nullptr);
+#elif NJ_RING_TENSORS == 3
+    slots_read((int)k, t.x, t.dy, t.res);
+#else
+    slots_read((int)k, t.x, t.dy, nullptr);
+#endif
     body(nhwc_tile_begin(p, u, k, tiles, false), t);
   }
 #elif NJ_NHWC_RING
@@ -470,7 +484,10 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #endif
   nj_phase_start(true);
 #if !NJ_CACHED
-  NhwcRing ring;  // empty: the backward loads its tiles into registers (nhwc_ring.cuh says why)
+  // Empty unless kept: the streamed backward loads its tiles into registers (nhwc_ring.cuh says
+  // why); the kept one holds its chunk's x and dy in shared memory from the sums to the output.
+  NhwcRing ring;
+  nhwc_ring_start(p, ring);
 #endif
 
   idx_t round = 0;
@@ -537,6 +554,9 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     nj_phase_mark(kNhwcCluster);
 #endif
   }
+#if !NJ_CACHED
+  nhwc_ring_finish();
+#endif
   nj_nhwc_phase_report("backward", round, p.chunks);
 #if NJ_AFFINE
   if (!p.channel_major) finish_weight_grads(p, &last_flag);

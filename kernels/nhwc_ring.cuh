@@ -16,8 +16,8 @@
 // tiles once per pass (statistics, then output; only output in eval), each pass in the order
 // nhwc_tile_begin gives it (the output pass last tile first when p.reverse_output is set).
 // Each thread copies and reads back only its own slots (smem_slots.cuh), so no CTA barrier is
-// needed. The kernel file defines NJ_RING_TENSORS (1), TileUnit and the tile order (nhwc_unit_tiles,
-// nhwc_tile_begin) before including this.
+// needed. The kernel file defines NJ_RING_TENSORS (1; the kept backward 2-3), TileUnit and the
+// tile order (nhwc_unit_tiles, nhwc_tile_begin) before including this.
 #pragma once
 #include "smem_slots.cuh"
 
@@ -26,25 +26,35 @@
 // k into slot k, for its statistics pass and stays there for its output pass, so x is read from
 // memory once instead of twice (the second time from L2). It applies where every CTA of the grid
 // holds its chunk at once (in fp16 the (2,256,16^3) and (2,128,32^3) stages; nhwc_kept_split says
-// where else). The launch's dynamic shared memory may cover only the slots its chunks fill.
+// where else). The launch's dynamic shared memory may cover only the slots its chunks fill. The
+// backward keeps x and dy (and a residual the activation's gradient reads) the same way, for its
+// sums and then its dx (heuristics' nhwc_kept_whole: one chunk a unit).
 #define NJ_NHWC_RING (NJ_STAGES > 0)
 #define NJ_NHWC_KEPT (NJ_NHWC_RING && NJ_RESIDENT)
 #if NJ_NHWC_RING
-#if NJ_CACHED || NJ_BACKWARD || (NJ_STAGES < 2 && !NJ_RESIDENT)
-#error "the channels-last ring serves the streamed forward, with at least 2 stages (1 when kept)"
+#if NJ_CACHED || (NJ_BACKWARD && !NJ_RESIDENT) || (NJ_STAGES < 2 && !NJ_RESIDENT)
+#error "the channels-last ring serves the streamed forward, with at least 2 stages, and the kept split (1 stage or more)"
 #endif
 static_assert(sizeof(vec_t) == 16, "the channels-last ring moves 16-byte vectors");
 
-// Starts copying the tile of chunk positions from t0 into `stage` (zeros for positions past the
-// chunk or channels past C; nothing is read when !live). Commits no cp.async group.
+// Starts copying the tile of chunk positions from t0 of every slot tensor (x; the kept backward's
+// x, dy and residual) into `stage` (zeros for positions past the chunk or channels past C;
+// nothing is read when !live). Commits no cp.async group.
 __device__ __forceinline__ void nhwc_copy_tile(const NjParams& p, const TileUnit& u, idx_t t0, bool live, int stage) {
+#if NJ_BACKWARD
+  const void* const src[3] = {p.x, p.dy, p.residual};
+#else
+  const void* const src[1] = {p.x};
+#endif
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i) {
     const idx_t s = t0 + thread_row(u) + (idx_t)i * tile_rows(u);
     const bool valid = live && u.c_valid && s < u.s_end;
     const idx_t e = valid ? elem_at(p, u, s) : 0;
-    nj_cp_async16(nj_smem_address(nj_ring) + slot_offset(stage, 0, i), reinterpret_cast<const data_t*>(p.x) + e,
-                  valid);
+#pragma unroll
+    for (int k = 0; k < NJ_RING_TENSORS; ++k)
+      nj_cp_async16(nj_smem_address(nj_ring) + slot_offset(stage, k, i), reinterpret_cast<const data_t*>(src[k]) + e,
+                    valid);
   }
 }
 

@@ -17,9 +17,11 @@
 
 // NJ_CLUSTER: the backward's CTAs form a thread-block cluster per channel tile, a CTA per sample,
 // and sum dweight/dbias there (instance_norm_nhwc.cuh cluster_weight_grads; the host's
-// conditions: heuristics nhwc_cluster_tier).
-#if NJ_CLUSTER && (!NJ_BACKWARD || !NJ_AFFINE || NJ_RESIDUAL || !NJ_CACHED || NJ_FLAT || NJ_INDEX64)
-#error "NJ_CLUSTER: the channels-last backward with weight gradients, no residual, held in registers, 32-bit"
+// conditions: heuristics nhwc_cluster_tier). The unit is held in registers (the tiers) or in the
+// kept slots (the kept whole backward, NJ_STAGES with NJ_RESIDENT).
+#if NJ_CLUSTER && (!NJ_BACKWARD || !NJ_AFFINE || NJ_RESIDUAL || !(NJ_CACHED || (NJ_STAGES > 0 && NJ_RESIDENT)) || \
+                   NJ_FLAT || NJ_INDEX64)
+#error "NJ_CLUSTER: the channels-last backward with weight gradients, no residual, held on chip, 32-bit"
 #endif
 
 #if NJ_FLAT
@@ -86,7 +88,7 @@ __device__ __forceinline__ TileUnit make_tile_unit(const NjParams& p, idx_t roun
 #endif
   u.active = unit < units;
   const idx_t safe = u.active ? unit : 0;
-#if NJ_CACHED
+#if NJ_CACHED || NJ_CLUSTER
   const idx_t inst = safe;  // one chunk a unit (the host's launchable): no quotient before the loads
   u.chunk = 0;
 #else

@@ -497,14 +497,23 @@ KernelConfig nhwc_config(const NhwcGeometry& g, int threads, int items, int min_
 }
 
 // The kept split's slots a CTA holds (kernels/nhwc_ring.cuh: its chunk of at most that many tiles
-// stays in shared memory from the statistics pass to the output pass); 0 where it does not apply
-// (the training forward through a ring only). 8 at most: kernels are keyed by it.
+// stays in shared memory from the statistics pass to the output pass); 0 where it does not apply.
+// The forward's are the streamed ring's stages (only where that ring applies); the backward's
+// (which streams without a ring) hold x and dy (ring_tensors) a stage beside its two column sums,
+// as many as fit in half an SM, so that two CTAs still share one. 8 at most: kernels are keyed by it.
 constexpr int kNhwcMaxKeptStages = 8;
 int nhwc_kept_stages(const FusionKey& f, int vec, const DeviceProfile& dev) {
-  if (f.direction != Direction::forward || !f.train) return 0;
+  if (!f.train) return 0;
   const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
-  const int stages = std::min(kNhwcMaxKeptStages, ring_capacity(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev));
-  return ring_stages(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev) > 0 ? stages : 0;
+  if (f.direction == Direction::forward) {
+    const int stages = std::min(kNhwcMaxKeptStages, ring_capacity(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev));
+    return ring_stages(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev) > 0 ? stages : 0;
+  }
+  if (dev.arch < 80 || vec * dtype_size(f.dtype) != 16 || ring_stage_cap() < 2) return 0;
+  const int64_t stage = int64_t(ring_tensors(f)) * kBoundedItems * kNhwcSplitThreads * 16;
+  const int64_t column_sums = 2 * int64_t(kNhwcSplitThreads) * vec * 4;
+  const int64_t per_cta = dev.smem_per_sm / mb - 2048 - column_sums;
+  return int(std::clamp<int64_t>(per_cta / stage, 0, kNhwcMaxKeptStages));
 }
 
 // Vectors per thread and tile of the streamed channels-last split. The backward holds its tiles in
@@ -619,7 +628,9 @@ Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfil
   const NhwcGeometry g = nhwc_geometry(f, s);
   const int stages = nhwc_kept_stages(f, g.vec, dev);
   // Not for flat rows: their kept kernel spilled (fp16 C = 30: 80 bytes a thread against 8 streamed;
-  // ptxas, sm_90), and flat shapes that fit on chip are few.
+  // ptxas, sm_90), and flat shapes that fit on chip are few. The forward only: the backward keeps
+  // a unit only whole (nhwc_kept_whole); its split is not measured.
+  if (f.direction != Direction::forward) return {};
   if (stages == 0 || g.flat || split_mode() == SplitMode::l2 || split_mode() == SplitMode::registers) return {};
   const int64_t tile_rows = int64_t(kNhwcSplitThreads / g.lanes) * kBoundedItems;
   const int64_t insts = s.N * g.tiles;
@@ -644,6 +655,10 @@ Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfil
 // at (2,256,14^3) (44 KB, 9.1 -> 9.2), slower beyond: 15^3 9.6 -> 10.6 (54 KB), (2,256,16^3)
 // 9.5 -> 12.2 (64 KB), (1,96,16^3) 7.8 -> 10.9; and where the grid passes the SMs, (4,320,12^3)
 // 9.8 -> 10.9 (160 CTAs). bench/results/2026-12-07-session31/k*_kept_whole_ab_table.md.
+// The backward the same way, for its sums and then its dx, x and dy kept (at most 2 tiles a unit
+// at two CTAs' share of an SM: 2048 positions), its weight gradients summed in a cluster of the
+// channel tile's N CTAs where nhwc_cluster_tier applies: it replaces a split streamed twice with
+// an exchange ((2,256,12^3): 6 chunks of 8 units of 64 channels).
 constexpr int64_t kKeptWholeMaxBytes = 36 * 1024;
 constexpr int kKeptWholeRowBytes = 16;
 Launch nhwc_kept_whole(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
@@ -686,7 +701,7 @@ bool nhwc_row_wide_enough(const FusionKey& f, const NhwcGeometry& g, int lanes) 
 }
 
 // The channels-last backward of 2-8 samples on sm_90 and later, one CTA per (sample, channel
-// tile) unit held in registers, 32-bit indexing, not flat, no residual: the kernel variant whose
+// tile) unit held in registers (the tiers) or in shared memory (nhwc_kept_whole), 32-bit indexing, not flat, no residual: the kernel variant whose
 // CTAs form a thread-block cluster per channel tile and sum dweight/dbias there (KernelConfig
 // cluster; kernels/instance_norm_nhwc.cuh cluster_weight_grads), with no last CTA's pass. A
 // residual's tile left no registers for it (124-396 bytes of spills, ptxas sm_90, fp16
@@ -700,9 +715,9 @@ bool nhwc_cluster_applies(const FusionKey& f, const DeviceProfile& dev) {
 }
 bool nhwc_cluster_fits(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Launch& l) {
   const KernelConfig& c = l.config;
-  return nhwc_cluster_applies(f, dev) && s.N > 1 && s.N <= kMaxClusterSamples && l.chunks == 1 && c.cached &&
-         !c.flat && !c.index64 && c.stages == 0 && !l.cooperative && c.group > 0 &&
-         l.grid == s.N * ceil_div(s.C, int64_t(c.group) * c.vec);
+  const bool on_chip = c.cached ? c.stages == 0 : c.resident && c.stages > 0;  // a tier, or the kept whole
+  return nhwc_cluster_applies(f, dev) && s.N > 1 && s.N <= kMaxClusterSamples && l.chunks == 1 && on_chip &&
+         !c.flat && !c.index64 && !l.cooperative && c.group > 0 && l.grid == s.N * ceil_div(s.C, int64_t(c.group) * c.vec);
 }
 Launch nhwc_cluster_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Launch l) {
   if (nhwc_cluster_fits(f, s, dev, l)) l.config.cluster = true;
@@ -765,7 +780,7 @@ Launch choose_nhwc(const FusionKey& f, const ShapeKey& s, const DeviceProfile& d
   if (!f.train)
     return nhwc_split(f, s, dev, std::min<int64_t>(k_cached, std::max<int64_t>(1, 4 * resident / insts)),
                       "channels-last split (elementwise)");
-  if (const Launch l = nhwc_kept_whole(f, s, dev); l.config.threads != 0) return l;
+  if (const Launch l = nhwc_kept_whole(f, s, dev); l.config.threads != 0) return nhwc_cluster_tier(f, s, dev, l);
   if (const Launch l = nhwc_kept_split(f, s, dev); l.config.threads != 0) return l;
   // Streamed twice, chunks sized so one round's reads fit in half the L2 (see choose_ncdhw), and
   // enough of them to fill the GPU.
@@ -1015,8 +1030,12 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
           const int items = nhwc_streamed_items(f);
           out.push_back(make_config(kNhwcSplitThreads, lanes, items, vec, mb, false, idx64,
                                     ring_stages(f, kNhwcSplitThreads, items, vec, mb, dev)));
-          if (const int kept = nhwc_kept_stages(f, vec, dev))
+          if (const int kept = nhwc_kept_stages(f, vec, dev)) {
             out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, idx64, kept, true));
+            if (!idx64 && nhwc_cluster_applies(f, dev))  // the kept whole backward in clusters
+              out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, false, kept, true, false,
+                                        true));
+          }
         }
     // Flat (16-byte vectors, lanes at run time): the same tiers and splits, one config each.
     NhwcGeometry flat;

@@ -207,10 +207,13 @@ TEST(GpuKernelsChannelsLastKept, EdgeShapesMatchDoubleReference) {
   }
 }
 
-// The kept channels-last forward with one chunk a unit (heuristics nhwc_kept_whole): tiles of one
-// 16-byte vector, a CTA's slots holding every position of its unit, no exchange. Covers fp16 with
-// two tiles a unit, C = 200 in bf16 with a residual and leaky_relu, fp32 (4-channel tiles) with
-// mean >> std, prime volumes without affine, and a unit of one partly filled tile (1001 positions).
+// The kept channels-last forward and backward with one chunk a unit (heuristics nhwc_kept_whole):
+// tiles of one 16-byte vector, a CTA's slots holding every position of its unit (the backward's x
+// and dy), no exchange. Covers fp16 with two tiles a unit, C = 200 in bf16 with a residual and
+// leaky_relu (three tensors a slot), fp32 (4-channel tiles) with mean >> std, prime volumes
+// without affine, a unit of 1309 positions (1001 fit a register tier), and the backward's weight
+// gradients through clusters of 2 and 5 samples, one sample's CTAs and, for 9 samples (more than
+// a portable cluster), the last CTA's pass.
 TEST(GpuKernelsChannelsLastKept, WholeUnitsMatchDoubleReference) {
   REQUIRE_GPU();
   using A = normjit::Activation;
@@ -219,15 +222,21 @@ TEST(GpuKernelsChannelsLastKept, WholeUnitsMatchDoubleReference) {
       {{2, 256, 12, 12, 12}, DType::f16, true},
       {{3, 200, 11, 12, 13}, DType::bf16, true, true, A::leaky_relu, true},
       {{1, 24, 12, 12, 12}, DType::f32, true, true, A::identity, false, 1000.f},
-      {{1, 64, 7, 11, 13}, DType::f16, true, false, A::gelu_erf, false},
+      {{1, 64, 7, 11, 17}, DType::f16, true, false, A::gelu_erf, false},
       {{2, 40, 12, 12, 12}, DType::f16, true, true, A::silu, false},
+      {{5, 16, 11, 12, 13}, DType::f16, true},
+      {{9, 8, 11, 11, 11}, DType::bf16, true, true, A::identity, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::PrintToString(c));
-    const normjit::Launch l = default_launch(c, true, dev);
-    EXPECT_TRUE(l.config.resident && l.chunks == 1 && !l.cooperative &&
-                std::string(l.tier).find("kept whole") != std::string::npos)
-        << l.tier << ", chunks " << l.chunks;
+    for (bool forward : {true, false}) {
+      const normjit::Launch l = default_launch(c, forward, dev);
+      EXPECT_TRUE(l.config.resident && l.chunks == 1 && !l.cooperative &&
+                  std::string(l.tier).find("kept whole") != std::string::npos)
+          << (forward ? "forward: " : "backward: ") << l.tier << ", chunks " << l.chunks;
+    }
+    const bool clusters = dev.arch >= 90 && c.affine && !c.residual && c.shape[0] > 1 && c.shape[0] <= 8;
+    EXPECT_EQ(default_launch(c, false, dev).config.cluster, clusters);
     check_case(c);
   }
 }

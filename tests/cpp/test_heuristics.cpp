@@ -609,17 +609,72 @@ TEST(Heuristics, ChannelsLastForwardKeepsSmallUnitsWhole) {
     const auto configs = enumerate_configs(k.fusion, Policy::bounded, dev);
     EXPECT_TRUE(std::any_of(configs.begin(), configs.end(),
                             [&](const KernelConfig& c) { return bytes_equal(c, l.config); }));
-    // Not for the backward or eval, nor under NORMJIT_SPLIT=l2 or registers.
-    FusionKey b = k.fusion;
-    b.direction = Direction::backward;
-    b.save = false;
-    EXPECT_EQ(std::string(choose_launch(b, k.shape, dev, Policy::bounded).tier).find("kept whole"), std::string::npos);
+    // Not for eval, nor under NORMJIT_SPLIT=l2 or registers.
+    FusionKey e = k.fusion;
+    e.train = false;
+    e.save = false;
+    EXPECT_EQ(std::string(choose_launch(e, k.shape, dev, Policy::bounded).tier).find("kept whole"), std::string::npos);
     for (const char* mode : {"l2", "registers"}) {
       setenv("NORMJIT_SPLIT", mode, 1);
       const Launch m = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
       unsetenv("NORMJIT_SPLIT");
       EXPECT_FALSE(m.config.resident) << mode;
     }
+  }
+}
+
+TEST(Heuristics, ChannelsLastBackwardKeepsSmallUnitsWhole) {
+  // The kept backward with one chunk a unit (nhwc_kept_whole): x and dy of a unit in the CTA's
+  // slots (at most 3 tiles of 1024 positions in two CTAs' share of an H200 SM; 2 with a residual
+  // that the activation's gradient reads), where the forward's rule keeps it whole too; the weight
+  // gradients in clusters of the channel tile's N CTAs (2-8 samples, affine, no residual).
+  struct Row {
+    Shape shape;
+    DType dtype;
+    bool whole, cluster;
+    Activation act = Activation::identity;
+    bool residual = false;
+  };
+  const Row rows[] = {
+      {{2, 256, 12, 12, 12}, DType::f16, true, true},
+      {{1, 320, 12, 12, 12}, DType::bf16, true, false},  // one sample: its CTAs write the weights' gradients
+      {{2, 256, 13, 13, 13}, DType::f16, true, true},    // 2197 positions: 3 tiles
+      {{5, 16, 11, 12, 13}, DType::f16, true, true},
+      {{9, 8, 11, 11, 11}, DType::f16, true, false},     // more samples than a portable cluster
+      {{2, 64, 12, 12, 12}, DType::f16, true, false, Activation::leaky_relu, true},
+      {{2, 64, 13, 13, 13}, DType::f16, false, false, Activation::leaky_relu, true},  // 3 tiles of 3 tensors
+      {{2, 256, 14, 14, 14}, DType::f16, false, false},
+      {{2, 256, 16, 16, 16}, DType::f16, false, false},
+      {{4, 320, 12, 12, 12}, DType::f16, false, false},  // 160 units: more than the SMs
+      {{2, 30, 12, 12, 12}, DType::f16, false, false},   // flat super-rows
+  };
+  const DeviceProfile dev = builtin_profile("H200");
+  for (const Row& r : rows) {
+    BackwardArgs a = bwd_args(r.shape, r.dtype, Layout::ndhwc);
+    a.activation = r.act;
+    if (r.residual) a.residual = a.dresidual = make_tensor(fake_ptr(9), r.dtype, r.shape, Layout::ndhwc);
+    const CallKeys k = backward_keys(a);
+    const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+    SCOPED_TRACE(std::string(dtype_name(r.dtype)) + " N=" + std::to_string(r.shape[0]) + " C=" +
+                 std::to_string(r.shape[1]) + " D=" + std::to_string(r.shape[2]) + ": " + l.tier);
+    EXPECT_TRUE(launchable(k.fusion, k.shape, l, dev));
+    const bool whole = std::string(l.tier).find("kept whole") != std::string::npos;
+    EXPECT_EQ(whole, r.whole);
+    EXPECT_EQ(l.config.cluster, r.cluster);
+    if (!whole) continue;
+    EXPECT_TRUE(l.config.resident && !l.config.cached && !l.cooperative && l.chunks == 1);
+    EXPECT_EQ(l.config.group * l.config.vec * dtype_size(r.dtype), 16) << describe(l.config);
+    EXPECT_EQ(l.cluster, r.cluster ? r.shape[0] : 1);
+    // No last CTA's pass where clusters or one sample write the weights' gradients.
+    EXPECT_EQ(l.channel_major, r.cluster || r.shape[0] == 1);
+    const int64_t tile_rows = int64_t(l.config.threads / l.config.group) * l.config.items;
+    const int64_t tiles = (k.shape.spatial + tile_rows - 1) / tile_rows;
+    EXPECT_LE(tiles, l.config.stages);
+    EXPECT_EQ(l.smem_bytes, tiles * ring_bytes(k.fusion, l.config) / l.config.stages);
+    const auto configs = enumerate_configs(k.fusion, Policy::bounded, dev);
+    EXPECT_TRUE(std::any_of(configs.begin(), configs.end(),
+                            [&](const KernelConfig& c) { return bytes_equal(c, l.config); }))
+        << describe(l.config);
   }
 }
 
@@ -861,9 +916,10 @@ TEST(Heuristics, BoundedSetSizes) {
       {Direction::forward, Layout::ndhwc, DType::f32, true, 98},
       {Direction::forward, Layout::ndhwc, DType::f16, false, 114},
       // The backward with weight gradients (sm_90): + the tiers' cluster variants, 32-bit indexing
-      // (18 lane/vector classes for fp16, 14 for fp32, x 2 tiers).
-      {Direction::backward, Layout::ndhwc, DType::f16, true, 150},
-      {Direction::backward, Layout::ndhwc, DType::f32, true, 118},
+      // (18 lane/vector classes for fp16, 14 for fp32, x 2 tiers); + the kept whole's configs for
+      // the 16-byte class (4 lane counts x 2 index widths, and in clusters x 1).
+      {Direction::backward, Layout::ndhwc, DType::f16, true, 162},
+      {Direction::backward, Layout::ndhwc, DType::f32, true, 130},
   };
   std::printf("[ bound    ] configs per fusion (bounded / exact):\n");
   for (const Row& row : rows) {
@@ -882,7 +938,7 @@ TEST(Heuristics, BoundedSetSizes) {
     const auto f_configs = enumerate_configs(f, Policy::bounded);
     const size_t clustered = size_t(std::count_if(f_configs.begin(), f_configs.end(),
                                                   [](const KernelConfig& c) { return c.cluster; }));
-    EXPECT_EQ(clustered, row.layout == Layout::ndhwc && row.d == Direction::backward ? (row.dtype == DType::f16 ? 36u : 28u)
+    EXPECT_EQ(clustered, row.layout == Layout::ndhwc && row.d == Direction::backward ? (row.dtype == DType::f16 ? 40u : 32u)
                                                                                      : 0u)
         << describe(f);
     EXPECT_EQ(enumerate_configs(g, Policy::bounded).size(), bounded - clustered) << describe(g);
@@ -917,10 +973,11 @@ TEST(Heuristics, RingFitsTheDeviceSharedMemory) {
               EXPECT_GE(c.stages, c.resident && layout == Layout::ndhwc ? 1 : 2) << describe(c);
               EXPECT_EQ(ring_bytes(f, c), int64_t(c.stages) * ring_tensors(f) * c.items * c.threads * 16);
               // min_blocks CTAs of it, each with ~1 KB reserved by the driver and small static smem;
-              // the channels-last forward's column sums besides (a float per thread and vector
-              // element). The channels-last backward has no ring.
-              if (layout == Layout::ndhwc) EXPECT_EQ(d, Direction::forward) << describe(c);
-              const int64_t column_sums = layout == Layout::ndhwc ? int64_t(c.threads) * c.vec * 4 : 0;
+              // the channels-last column sums besides (a float per thread and vector element; two
+              // in the backward). The channels-last backward has no ring, only the kept slots.
+              if (layout == Layout::ndhwc && d == Direction::backward) EXPECT_TRUE(c.resident) << describe(c);
+              const int64_t column_sums =
+                  layout == Layout::ndhwc ? int64_t(c.threads) * c.vec * 4 * (d == Direction::backward ? 2 : 1) : 0;
               EXPECT_LE(int64_t(c.min_blocks) * (ring_bytes(f, c) + 2048 + column_sums), dev.smem_per_sm)
                   << dev.name << ": " << describe(f) << " / " << describe(c);
             }
