@@ -488,7 +488,7 @@ __device__ __forceinline__ unsigned exchange_sum_partials(const NjParams& p, con
 #if __CUDA_ARCH__ >= 900
 // The cluster barrier in two halves (every thread of the CTA calls each, alternately): arrive,
 // and wait until every thread of every CTA of the cluster has arrived (or exited).
-// cluster_started(), at a kernel's start, lets a later cluster_wait() tell that every CTA of the
+// cluster_started(), early in a kernel, lets a later cluster_wait() tell that every CTA of the
 // cluster runs, before writing to another CTA's shared memory.
 __device__ __forceinline__ void cluster_started() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
 // Release: this thread's writes before it (remote shared-memory stores too) are visible to the
@@ -523,6 +523,41 @@ __device__ __forceinline__ void store_cluster_shared(float* local, unsigned rank
   asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(cluster_shared_address(local, rank)), "f"(v.x), "f"(v.y)
                : "memory");
 }
+// A transaction barrier (mbarrier) in shared memory that completes when `bytes` have arrived
+// through store_cluster_async. One thread of the CTA arms it before
+// cluster_started(), whose arrival carries the initialisation to the other CTAs (the fence).
+__device__ __forceinline__ void inbox_barrier_arm(unsigned long long* bar, unsigned bytes) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(a) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Stores v into `local`'s offset in CTA `rank`'s shared memory and counts its bytes on that
+// CTA's barrier `bar` (same offset there): no release fence, the barrier's completion publishes.
+__device__ __forceinline__ void store_cluster_async(float* local, unsigned long long* bar, unsigned rank, float4 v) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(
+                   cluster_shared_address(local, rank)),
+               "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(cluster_shared_address((const float*)bar, rank))
+               : "memory");
+}
+__device__ __forceinline__ void store_cluster_async(float* local, unsigned long long* bar, unsigned rank, float2 v) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];" ::"r"(
+                   cluster_shared_address(local, rank)),
+               "f"(v.x), "f"(v.y), "r"(cluster_shared_address((const float*)bar, rank))
+               : "memory");
+}
+// Waits until the armed barrier's bytes have all arrived; the stores are then visible.
+__device__ __forceinline__ void inbox_barrier_wait(unsigned long long* bar) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(bar);
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(a)
+        : "memory");
+  }
+}
 #else
 // No clusters before sm_90. The host launches no cluster kernel there (heuristics
 // nhwc_cluster_applies); these stubs only let the bounded set's kernels compile for every arch.
@@ -533,6 +568,10 @@ __device__ __forceinline__ unsigned cluster_rank() { __trap(); return 0; }
 __device__ __forceinline__ unsigned cluster_index() { __trap(); return 0; }
 __device__ __forceinline__ void store_cluster_shared(float*, unsigned, float4) { __trap(); }
 __device__ __forceinline__ void store_cluster_shared(float*, unsigned, float2) { __trap(); }
+__device__ __forceinline__ void inbox_barrier_arm(unsigned long long*, unsigned) { __trap(); }
+__device__ __forceinline__ void store_cluster_async(float*, unsigned long long*, unsigned, float4) { __trap(); }
+__device__ __forceinline__ void store_cluster_async(float*, unsigned long long*, unsigned, float2) { __trap(); }
+__device__ __forceinline__ void inbox_barrier_wait(unsigned long long*) { __trap(); }
 #endif
 
 // ---------------------------------------------------------------- grid-wide finishing steps

@@ -422,47 +422,58 @@ __device__ __forceinline__ void nhwc_write_dx(const NjParams& p, const TileUnit&
 // dweight/dbias of a channel tile whose N samples' CTAs form one thread-block cluster (sm_90;
 // heuristics nhwc_cluster_tier: one CTA per unit; make_tile_unit takes the sample from the
 // cluster rank and the channel tile from the cluster's index). Row 0 of each rank pushes its
-// channels' (sum g, sum g * xhat) into rank 0's inbox with remote shared-memory stores and
-// arrives; rank 0 alone waits, then adds the N ranks' pairs in sample order (the order, and so
-// the bits, of the last CTA's pass this replaces) from its own shared memory and writes them.
-// The other ranks exit without waiting (an exited CTA counts as arrived). Session 24's first
-// version had rank 0 read each rank's floats one by one (ld.shared::cluster) between two
-// barriers that every rank waited at: 1.6-1.9 us a CTA by the phase clocks. Pushing measured
-// faster on every row (H100, CUPTI, fp16 / bf16, session 25): (2,320,8^3) 5.6 -> 5.3 / 5.5 -> 5.0
-// us, (2,320,4^3) 4.7 -> 3.9 / 4.1 -> 3.9, (8,320,4^3) 6.0 -> 4.3 / 5.4 -> 4.3. The same configs
-// without a cluster, the last of the tile's N CTAs summing through scratch and a counter, lost
-// (5.8, 4.6, 5.9 fp16).
-// Every thread of every rank calls it once, after cluster_started() at the kernel's start.
-constexpr int kMaxClusterRanks = 8;  // the portable cluster size (heuristics kMaxClusterSamples)
+// channels' (sum g, sum g * xhat) into rank 0's inbox with st.async, whose bytes count down rank
+// 0's inbox barrier (armed behind the tile's loads by cluster_inbox_arm); rank 0 alone waits for
+// all of them, then adds the N ranks' pairs in sample order (the order, and so the bits, of the
+// last CTA's pass this replaces) from its own shared memory and writes them. The other ranks
+// exit right after their stores.
+// History: session 24 had rank 0 read each rank's floats (ld.shared::cluster) between two
+// barriers every rank waited at: 1.6-1.9 us a CTA. Session 25 pushed them with st.shared::cluster
+// and a release arrival on the cluster barrier: (2,320,8^3) fp16 5.6 -> 5.3 us, (2,320,4^3) 4.7 ->
+// 3.9, (8,320,4^3) 6.0 -> 4.3 (H100, CUPTI); but that arrival's release fence (MEMBAR.ALL.GPU)
+// waited for the dx stores to drain: 12-15 % of the backward's stall samples (session 27).
+// st.async needs no fence. The same configs without a cluster, the last of the tile's N CTAs
+// summing through scratch and a counter, lost (5.8, 4.6, 5.9 fp16).
+__shared__ __align__(16) float nj_cluster_inbox[NJ_MAX_CLUSTER_RANKS][NJ_GROUP * NJ_VEC * 2];  // rank 0's is used
+__shared__ __align__(8) unsigned long long nj_cluster_inbox_bar;
+constexpr unsigned kInboxRowBytes = NJ_GROUP * NJ_VEC * 2 * sizeof(float);  // what one rank pushes
+
+// Every CTA arms its inbox barrier for the N ranks' pushes (only rank 0's is used), before
+// cluster_started(); the arrival publishes the initialisation.
+__device__ __forceinline__ void cluster_inbox_arm(const NjParams& p) {
+  if (threadIdx.x == 0) inbox_barrier_arm(&nj_cluster_inbox_bar, (unsigned)p.N * kInboxRowBytes);
+}
+
+// Every thread of every rank calls it once, after cluster_started().
 __device__ __forceinline__ void cluster_weight_grads(const NjParams& p, const TileUnit& u,
                                                      const float (&sums)[2][NJ_VEC]) {
-  __shared__ __align__(16) float inbox[kMaxClusterRanks][NJ_GROUP * NJ_VEC * 2];  // rank 0's
   const bool row0 = thread_row(u) == 0;
   const int at = 2 * thread_lane(u) * NJ_VEC;  // this lane's pairs in a rank's row of the inbox
-  cluster_wait();  // every rank has started (cluster_started), so rank 0's inbox exists
+  cluster_wait();  // every rank has started (cluster_started), so rank 0's inbox and barrier exist
   if (row0) {
+    float* row = &nj_cluster_inbox[u.n][at];
 #if NJ_VEC % 2 == 0
 #pragma unroll
     for (int q = 0; q < NJ_VEC / 2; ++q)
-      store_cluster_shared(&inbox[u.n][at + 4 * q], 0,
-                           make_float4(sums[0][2 * q], sums[1][2 * q], sums[0][2 * q + 1], sums[1][2 * q + 1]));
+      store_cluster_async(row + 4 * q, &nj_cluster_inbox_bar, 0,
+                          make_float4(sums[0][2 * q], sums[1][2 * q], sums[0][2 * q + 1], sums[1][2 * q + 1]));
 #else
 #pragma unroll
-    for (int j = 0; j < NJ_VEC; ++j) store_cluster_shared(&inbox[u.n][at + 2 * j], 0, make_float2(sums[0][j], sums[1][j]));
+    for (int j = 0; j < NJ_VEC; ++j)
+      store_cluster_async(row + 2 * j, &nj_cluster_inbox_bar, 0, make_float2(sums[0][j], sums[1][j]));
 #endif
   }
-  cluster_arrive_release();
-  if (u.n != 0) return;  // no more work for this rank: a cluster kernel has one unit a CTA
-  cluster_wait();        // every rank's stores are visible
-  if (row0 && u.c_valid) {
+  if (u.n != 0 || !row0) return;  // no more work for this thread: a cluster kernel has one unit a CTA
+  inbox_barrier_wait(&nj_cluster_inbox_bar);  // every rank's pairs have arrived
+  if (u.c_valid) {
     float sg[NJ_VEC], sgx[NJ_VEC];
 #pragma unroll
     for (int j = 0; j < NJ_VEC; ++j) sg[j] = 0.f, sgx[j] = 0.f;
     for (int rank = 0; rank < (int)p.N; ++rank) {
 #pragma unroll
       for (int j = 0; j < NJ_VEC; ++j) {
-        sg[j] += inbox[rank][at + 2 * j];
-        sgx[j] += inbox[rank][at + 2 * j + 1];
+        sg[j] += nj_cluster_inbox[rank][at + 2 * j];
+        sgx[j] += nj_cluster_inbox[rank][at + 2 * j + 1];
       }
     }
 #pragma unroll
@@ -479,9 +490,6 @@ extern "C" __global__ void __launch_bounds__(NJ_THREADS, NJ_MIN_BLOCKS)
 normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
   __shared__ float smem[NJ_NSUM * NJ_THREADS * NJ_VEC];
   __shared__ bool last_flag;
-#if NJ_CLUSTER
-  cluster_started();  // cluster_weight_grads waits for it before writing to rank 0
-#endif
   nj_phase_start(true);
 #if !NJ_CACHED
   // Empty unless kept: the streamed backward loads its tiles into registers (nhwc_ring.cuh says
@@ -507,9 +515,22 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
 #if NJ_CACHED
     NhwcTile t;
     load_nhwc_tile(p, u, u.s_begin, t);
+#if NJ_CLUSTER
+    // A cluster kernel runs one round (a unit a CTA). Its inbox is armed and its start announced
+    // here, behind the tile's loads: at the kernel's start their asm (memory clobbers) held the
+    // loads back by ~18 instructions (nvdisasm sm_90). No rank pushes before every rank has
+    // started (cluster_weight_grads' cluster_wait).
+    cluster_inbox_arm(p);
+    cluster_started();
+#endif
     nhwc_accumulate(p, u, u.s_begin, t, cp, sums);
 #else
     nhwc_stream(p, ring, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_accumulate(p, u, t0, t, cp, sums); });
+#if NJ_CLUSTER
+    // The kept whole backward in clusters (one round): armed and announced behind its slots' loads.
+    cluster_inbox_arm(p);
+    cluster_started();
+#endif
 #endif
     nj_phase_mark(kNhwcLoad);
     column_sum<2>(u, sums, smem);

@@ -40,6 +40,11 @@ inline NjDivisor nj_divisor(int64_t d) {
 }
 #endif
 
+// The most CTAs one thread-block cluster holds on every cluster-capable GPU (the portable size;
+// more needs cudaFuncAttributeNonPortableClusterSizeAllowed). The channels-last backward's
+// cluster of samples sizes rank 0's inbox by it; the heuristics never plan a larger cluster.
+#define NJ_MAX_CLUSTER_RANKS 8
+
 struct NjParams {
   // Tensors. x/y/residual/dy/dx share one layout; see the stride fields below.
   const void* x;

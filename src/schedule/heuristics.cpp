@@ -1,5 +1,7 @@
 #include "schedule/heuristics.h"
 
+#include "kernels/params.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -708,7 +710,6 @@ bool nhwc_row_wide_enough(const FusionKey& f, const NhwcGeometry& g, int lanes) 
 // leaky_relu). Session 23 (exp/cluster-wgrad, the step compiled into every such kernel and
 // chosen at run time): 0.3-0.5 us less than the pass, but the kernels carrying it ran 0.2-0.5 us
 // slower without it, hence a config bit here, so that every other kernel keeps its code.
-constexpr int64_t kMaxClusterSamples = 8;  // the portable cluster size
 bool nhwc_cluster_applies(const FusionKey& f, const DeviceProfile& dev) {
   return f.layout == Layout::ndhwc && f.direction == Direction::backward && f.affine && !f.residual &&
          dev.arch >= 90 && cluster_weight_grads_enabled();
@@ -716,7 +717,7 @@ bool nhwc_cluster_applies(const FusionKey& f, const DeviceProfile& dev) {
 bool nhwc_cluster_fits(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Launch& l) {
   const KernelConfig& c = l.config;
   const bool on_chip = c.cached ? c.stages == 0 : c.resident && c.stages > 0;  // a tier, or the kept whole
-  return nhwc_cluster_applies(f, dev) && s.N > 1 && s.N <= kMaxClusterSamples && l.chunks == 1 && on_chip &&
+  return nhwc_cluster_applies(f, dev) && s.N > 1 && s.N <= NJ_MAX_CLUSTER_RANKS && l.chunks == 1 && on_chip &&
          !c.flat && !c.index64 && !l.cooperative && c.group > 0 && l.grid == s.N * ceil_div(s.C, int64_t(c.group) * c.vec);
 }
 Launch nhwc_cluster_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Launch l) {
