@@ -660,7 +660,9 @@ Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfil
 // The backward the same way, for its sums and then its dx, x and dy kept (at most 2 tiles a unit
 // at two CTAs' share of an SM: 2048 positions), its weight gradients summed in a cluster of the
 // channel tile's N CTAs where nhwc_cluster_tier applies: it replaces a split streamed twice with
-// an exchange ((2,256,12^3): 6 chunks of 8 units of 64 channels).
+// an exchange ((2,256,12^3): 6 chunks of 8 units of 64 channels). Measured on the H100 (session
+// 32, CUPTI, fp16 backward; bench/results/2026-12-07-session32/kwb_ab_table.md): (2,256,12^3)
+// 12.5 -> 9.8 us, (1,320,12^3) 10.6 -> 7.2, (3,200,11,12,13) 13.2 -> 9.6, (2,256,13^3) 12.8 -> 11.6.
 constexpr int64_t kKeptWholeMaxBytes = 36 * 1024;
 constexpr int kKeptWholeRowBytes = 16;
 Launch nhwc_kept_whole(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
