@@ -31,5 +31,13 @@ case "${1:-}" in
   UC) COMPARE_TREES="uc=.variants/uc" SKIP_SUITE=1 AB_TIMEOUT=${AB_TIMEOUT:-150} OUT=$OUT/UC \
         bench/ab_then_suite.sh .baseline --layouts ncdhw --modes fwd,bwd --dtypes fp16 --shapes 2,320,8,8,8 \
         2,320,4,4,4 8,320,4,4,4 2,128,32,32,32 ;;
-  *) echo "usage: gpu_calls.sh KWB|KWB2|ST|UC" >&2; exit 2 ;;
+  # KSB (~450 s, for session 33, from main f4f510a or later): the kept split backward
+  #   (kept_split_backward.patch: nhwc_kept_split for the backward too, x and dy in the slots with the
+  #   exchange; (2,256,16^3) fp16 16 chunks of 2 tiles) against main, then the suite on it. Set-up:
+  #   git archive HEAD --prefix=.baseline/ | tar x
+  #   git apply bench/results/2026-12-07-session32/kept_split_backward.patch
+  KSB) SKIP_SUITE=0 AB_TIMEOUT=${AB_TIMEOUT:-130} SUITE_TIMEOUT=${SUITE_TIMEOUT:-330} OUT=$OUT/KSB \
+         bench/ab_then_suite.sh .baseline --layouts ndhwc --modes bwd --dtypes fp16 --shapes 2,256,16,16,16 \
+         2,256,14,14,14 4,320,12,12,12 1,96,16,16,16 3,72,20,21,22 2,128,32,32,32 ;;
+  *) echo "usage: gpu_calls.sh KWB|KWB2|ST|UC|KSB" >&2; exit 2 ;;
 esac
