@@ -423,7 +423,7 @@ __device__ __forceinline__ void nhwc_write_dx(const NjParams& p, const TileUnit&
 // heuristics nhwc_cluster_tier: one CTA per unit; make_tile_unit takes the sample from the
 // cluster rank and the channel tile from the cluster's index). Row 0 of each rank pushes its
 // channels' (sum g, sum g * xhat) into rank 0's inbox with st.async, whose bytes count down rank
-// 0's inbox barrier (armed behind the tile's loads by cluster_inbox_arm); rank 0 alone waits for
+// 0's inbox barrier (armed behind the tile's loads by cluster_join); rank 0 alone waits for
 // all of them, then adds the N ranks' pairs in sample order (the order, and so the bits, of the
 // last CTA's pass this replaces) from its own shared memory and writes them. The other ranks
 // exit right after their stores.
@@ -438,18 +438,20 @@ __shared__ __align__(16) float nj_cluster_inbox[NJ_MAX_CLUSTER_RANKS][NJ_GROUP *
 __shared__ __align__(8) unsigned long long nj_cluster_inbox_bar;
 constexpr unsigned kInboxRowBytes = NJ_GROUP * NJ_VEC * 2 * sizeof(float);  // what one rank pushes
 
-// Every CTA arms its inbox barrier for the N ranks' pushes (only rank 0's is used), before
-// cluster_started(); the arrival publishes the initialisation.
-__device__ __forceinline__ void cluster_inbox_arm(const NjParams& p) {
+// Every CTA arms its inbox barrier for the N ranks' pushes (only rank 0's is used) and announces
+// its start (cluster_started, whose arrival publishes the initialisation). Every thread of every
+// rank calls it once, behind its unit's loads, before cluster_weight_grads.
+__device__ __forceinline__ void cluster_join(const NjParams& p) {
   if (threadIdx.x == 0) inbox_barrier_arm(&nj_cluster_inbox_bar, (unsigned)p.N * kInboxRowBytes);
+  cluster_started();
 }
 
-// Every thread of every rank calls it once, after cluster_started().
+// Every thread of every rank calls it once, after cluster_join().
 __device__ __forceinline__ void cluster_weight_grads(const NjParams& p, const TileUnit& u,
                                                      const float (&sums)[2][NJ_VEC]) {
   const bool row0 = thread_row(u) == 0;
   const int at = 2 * thread_lane(u) * NJ_VEC;  // this lane's pairs in a rank's row of the inbox
-  cluster_wait();  // every rank has started (cluster_started), so rank 0's inbox and barrier exist
+  cluster_wait();  // every rank has joined (cluster_join), so rank 0's inbox and barrier exist
   if (row0) {
     float* row = &nj_cluster_inbox[u.n][at];
 #if NJ_VEC % 2 == 0
@@ -520,16 +522,14 @@ normjit_instance_norm_nhwc_backward(const __grid_constant__ NjParams p) {
     // here, behind the tile's loads: at the kernel's start their asm (memory clobbers) held the
     // loads back by ~18 instructions (nvdisasm sm_90). No rank pushes before every rank has
     // started (cluster_weight_grads' cluster_wait).
-    cluster_inbox_arm(p);
-    cluster_started();
+    cluster_join(p);
 #endif
     nhwc_accumulate(p, u, u.s_begin, t, cp, sums);
 #else
     nhwc_stream(p, ring, u, false, [&](idx_t t0, const NhwcTile& t) { nhwc_accumulate(p, u, t0, t, cp, sums); });
 #if NJ_CLUSTER
     // The kept whole backward in clusters (one round): armed and announced behind its slots' loads.
-    cluster_inbox_arm(p);
-    cluster_started();
+    cluster_join(p);
 #endif
 #endif
     nj_phase_mark(kNhwcLoad);

@@ -33,7 +33,7 @@
 #define NJ_NHWC_KEPT (NJ_NHWC_RING && NJ_RESIDENT)
 #if NJ_NHWC_RING
 #if NJ_CACHED || (NJ_BACKWARD && !NJ_RESIDENT) || (NJ_STAGES < 2 && !NJ_RESIDENT)
-#error "the channels-last ring serves the streamed forward, with at least 2 stages, and the kept split (1 stage or more)"
+#error "the channels-last ring: the streamed forward, 2 stages or more; the kept split, 1 or more"
 #endif
 static_assert(sizeof(vec_t) == 16, "the channels-last ring moves 16-byte vectors");
 

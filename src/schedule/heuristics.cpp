@@ -51,19 +51,21 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // before the ring: the streamed NCDHW kernels moved 2-2.7 TB/s of DRAM traffic with their loads
 // in registers, latency-bound at 1-2 CTAs per SM. The channels-last backward measured slower
 // through a ring (nhwc_ring.cuh says why) and keeps its tiles in registers.
-// How many ring stages fit beside `min_blocks` CTAs per SM; 0 where no ring applies.
+// How many stages of shared-memory slots (the ring's, or the kept split's: nhwc_kept_stages) fit
+// beside `min_blocks` CTAs per SM; 0 where no slots apply.
 int ring_capacity(const FusionKey& f, int threads, int items, int vec, int min_blocks, const DeviceProfile& dev) {
   if (dev.arch < 80 || vec * dtype_size(f.dtype) != 16) return 0;
-  if (f.layout == Layout::ndhwc && f.direction == Direction::backward) return 0;
   const int64_t stage = int64_t(ring_tensors(f)) * items * threads * 16;
-  // The channels-last forward's column sums: one float per thread and vector element.
-  const int64_t static_smem = f.layout == Layout::ndhwc ? int64_t(threads) * vec * 4 : 0;
+  // The channels-last column sums: one float per thread and vector element (two in the backward).
+  const int64_t static_smem =
+      f.layout == Layout::ndhwc ? int64_t(threads) * vec * 4 * (f.direction == Direction::backward ? 2 : 1) : 0;
   // 2048: the driver's reserve per CTA and the kernels' small static shared memory.
   const int64_t per_cta = dev.smem_per_sm / std::max(1, min_blocks) - 2048 - static_smem;
   return int(std::clamp<int64_t>(per_cta / stage, 0, 255));
 }
 
 int ring_stages(const FusionKey& f, int threads, int items, int vec, int min_blocks, const DeviceProfile& dev) {
+  if (f.layout == Layout::ndhwc && f.direction == Direction::backward) return 0;  // registers (above)
   const int stages = std::min(ring_stage_cap(), ring_capacity(f, threads, items, vec, min_blocks, dev));
   return stages >= 2 ? stages : 0;
 }
@@ -500,22 +502,15 @@ KernelConfig nhwc_config(const NhwcGeometry& g, int threads, int items, int min_
 
 // The kept split's slots a CTA holds (kernels/nhwc_ring.cuh: its chunk of at most that many tiles
 // stays in shared memory from the statistics pass to the output pass); 0 where it does not apply.
-// The forward's are the streamed ring's stages (only where that ring applies); the backward's
-// (which streams without a ring) hold x and dy (ring_tensors) a stage beside its two column sums,
-// as many as fit in half an SM, so that two CTAs still share one. 8 at most: kernels are keyed by it.
+// As many as fit beside two CTAs of 256 an SM: the forward's a tile of x each, and only where
+// its streamed ring would have 2 stages or more; the backward's (which streams without a ring) x
+// and dy (ring_tensors), from one stage. 8 at most: kernels are keyed by it.
 constexpr int kNhwcMaxKeptStages = 8;
 int nhwc_kept_stages(const FusionKey& f, int vec, const DeviceProfile& dev) {
   if (!f.train) return 0;
-  const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
-  if (f.direction == Direction::forward) {
-    const int stages = std::min(kNhwcMaxKeptStages, ring_capacity(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev));
-    return ring_stages(f, kNhwcSplitThreads, kBoundedItems, vec, mb, dev) > 0 ? stages : 0;
-  }
-  if (dev.arch < 80 || vec * dtype_size(f.dtype) != 16 || ring_stage_cap() < 2) return 0;
-  const int64_t stage = int64_t(ring_tensors(f)) * kBoundedItems * kNhwcSplitThreads * 16;
-  const int64_t column_sums = 2 * int64_t(kNhwcSplitThreads) * vec * 4;
-  const int64_t per_cta = dev.smem_per_sm / mb - 2048 - column_sums;
-  return int(std::clamp<int64_t>(per_cta / stage, 0, kNhwcMaxKeptStages));
+  const int stages = std::min(kNhwcMaxKeptStages, ring_capacity(f, kNhwcSplitThreads, kBoundedItems, vec,
+                                                                nhwc_min_blocks(kNhwcSplitThreads, dev), dev));
+  return f.direction == Direction::forward && stages < 2 ? 0 : stages;
 }
 
 // Vectors per thread and tile of the streamed channels-last split. The backward holds its tiles in
@@ -657,8 +652,8 @@ Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfil
 // at (2,256,14^3) (44 KB, 9.1 -> 9.2), slower beyond: 15^3 9.6 -> 10.6 (54 KB), (2,256,16^3)
 // 9.5 -> 12.2 (64 KB), (1,96,16^3) 7.8 -> 10.9; and where the grid passes the SMs, (4,320,12^3)
 // 9.8 -> 10.9 (160 CTAs). bench/results/2026-12-07-session31/k*_kept_whole_ab_table.md.
-// The backward the same way, for its sums and then its dx, x and dy kept (at most 2 tiles a unit
-// at two CTAs' share of an SM: 2048 positions), its weight gradients summed in a cluster of the
+// The backward the same way, for its sums and then its dx, x and dy kept (up to 3 tiles of 1024
+// positions at two CTAs' share of an H100/H200 SM, 2 with a residual), its weight gradients summed in a cluster of the
 // channel tile's N CTAs where nhwc_cluster_tier applies: it replaces a split streamed twice with
 // an exchange ((2,256,12^3): 6 chunks of 8 units of 64 channels). Measured on the H100 (session
 // 32, CUPTI, fp16 backward; bench/results/2026-12-07-session32/kwb_ab_table.md): (2,256,12^3)
@@ -705,8 +700,9 @@ bool nhwc_row_wide_enough(const FusionKey& f, const NhwcGeometry& g, int lanes) 
 }
 
 // The channels-last backward of 2-8 samples on sm_90 and later, one CTA per (sample, channel
-// tile) unit held in registers (the tiers) or in shared memory (nhwc_kept_whole), 32-bit indexing, not flat, no residual: the kernel variant whose
-// CTAs form a thread-block cluster per channel tile and sum dweight/dbias there (KernelConfig
+// tile) unit held in registers (the tiers) or in shared memory (nhwc_kept_whole), 32-bit
+// indexing, not flat, no residual: the kernel variant whose CTAs form a thread-block cluster per
+// channel tile and sum dweight/dbias there (KernelConfig
 // cluster; kernels/instance_norm_nhwc.cuh cluster_weight_grads), with no last CTA's pass. A
 // residual's tile left no registers for it (124-396 bytes of spills, ptxas sm_90, fp16
 // leaky_relu). Session 23 (exp/cluster-wgrad, the step compiled into every such kernel and
@@ -720,7 +716,8 @@ bool nhwc_cluster_fits(const FusionKey& f, const ShapeKey& s, const DeviceProfil
   const KernelConfig& c = l.config;
   const bool on_chip = c.cached ? c.stages == 0 : c.resident && c.stages > 0;  // a tier, or the kept whole
   return nhwc_cluster_applies(f, dev) && s.N > 1 && s.N <= NJ_MAX_CLUSTER_RANKS && l.chunks == 1 && on_chip &&
-         !c.flat && !c.index64 && !l.cooperative && c.group > 0 && l.grid == s.N * ceil_div(s.C, int64_t(c.group) * c.vec);
+         !c.flat && !c.index64 && !l.cooperative && c.group > 0 &&
+         l.grid == s.N * ceil_div(s.C, int64_t(c.group) * c.vec);
 }
 Launch nhwc_cluster_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Launch l) {
   if (nhwc_cluster_fits(f, s, dev, l)) l.config.cluster = true;
@@ -1036,8 +1033,8 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
           if (const int kept = nhwc_kept_stages(f, vec, dev)) {
             out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, idx64, kept, true));
             if (!idx64 && nhwc_cluster_applies(f, dev))  // the kept whole backward in clusters
-              out.push_back(make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, false, kept, true, false,
-                                        true));
+              out.push_back(
+                  make_config(kNhwcSplitThreads, lanes, kBoundedItems, vec, mb, false, false, kept, true, false, true));
           }
         }
     // Flat (16-byte vectors, lanes at run time): the same tiers and splits, one config each.
