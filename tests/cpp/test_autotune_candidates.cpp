@@ -67,10 +67,8 @@ std::string problem(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
   if (f.train && l.chunks > 1 && !l.cooperative) return "training chunks that cannot exchange";
   if (l.chunks == 1 && l.cooperative) return "cooperative with one chunk";
   if (l.config.resident && f.layout == Layout::ndhwc) {
-    // The kept channels-last split (kernels/nhwc_ring.cuh): a chunk of at most `stages` tiles; the
-    // backward keeps only whole units (one chunk each).
+    // The kept channels-last split (kernels/nhwc_ring.cuh): a chunk of at most `stages` tiles.
     if (l.config.cached || !f.train) return "kept split off training";
-    if (f.direction == Direction::backward && l.chunks != 1) return "kept backward split into chunks";
     if (l.chunk_vectors > int64_t(l.config.stages) * (l.config.threads / lanes) * l.config.items)
       return "kept chunk larger than its slots";
   } else if (l.config.resident) {

@@ -205,6 +205,20 @@ TEST(GpuKernelsChannelsLastKept, EdgeShapesMatchDoubleReference) {
     EXPECT_TRUE(l.config.resident && l.config.stages >= 1 && l.chunks > 1) << l.tier;
     check_case(c);
   }
+  // The backward's kept split (x and dy in the slots, the exchange between chunks): (2,256,16^3)'s
+  // 16 chunks of 2 tiles, C = 72 in bf16 with a residual under leaky_relu (3 tensors a slot), and
+  // prime volumes.
+  const std::vector<Case> backward_cases = {
+      {{2, 256, 16, 16, 16}, DType::f16, true},
+      {{3, 72, 20, 21, 22}, DType::bf16, true, true, A::leaky_relu, true},
+      {{1, 64, 17, 19, 23}, DType::f16, true, false, A::silu, false},
+  };
+  for (const Case& c : backward_cases) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    const normjit::Launch l = default_launch(c, false, dev);
+    EXPECT_TRUE(l.config.resident && l.config.stages >= 1 && l.chunks > 1 && l.cooperative) << l.tier;
+    check_case(c);
+  }
 }
 
 // The kept channels-last forward and backward with one chunk a unit (heuristics nhwc_kept_whole):
