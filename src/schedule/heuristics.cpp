@@ -207,6 +207,15 @@ int nhwc_backward_items_override() {
   return items;
 }
 
+int kept_split_chunk_tiles_override() {
+  static const int tiles = env_int_in("NORMJIT_KEPT_CHUNK_TILES", 1, 8, 0);
+  return tiles;
+}
+int kept_split_row_bytes_override() {
+  static const int bytes = env_int_in("NORMJIT_KEPT_ROW_BYTES", 16, 256, 0);
+  return bytes;
+}
+
 bool output_pass_reversed() {
   // The output pass re-reads what the statistics pass read; starting with the tiles read last
   // turns the L2-resident tail of a unit larger than L2 into hits (NDHWC). The NCDHW kernels keep
@@ -560,9 +569,10 @@ Launch nhwc_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev
 // the deep tiers of (2,320,8^3) and (2,320,4^3) used 126-128 registers a thread, without it
 // 72-123 (ptxas, sm_90, docs/PERF_NOTES.md session 26); the cached split itself was an autotune
 // candidate and NORMJIT_SPLIT=registers only.
-Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t chunks, const char* tier) {
+Launch nhwc_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int64_t chunks, const char* tier,
+                  int max_lanes = 32) {
   Launch l;
-  const NhwcGeometry g = nhwc_geometry(f, s);
+  const NhwcGeometry g = nhwc_geometry(f, s, max_lanes);
   const int64_t insts = s.N * g.tiles;
   const int mb = nhwc_min_blocks(kNhwcSplitThreads, dev);
   const int64_t resident = int64_t(dev.sms) * mb;
@@ -621,8 +631,10 @@ int64_t nhwc_default_chunks(const FusionKey& f, const ShapeKey& s, const DeviceP
 // 16 chunks are fewer than the exchange's 64 columns (every CTA reads every chunk's pairs),
 // 11.4 -> 11.0 (session 22, slots sized to the chunk; 14.1 in session 21 with every CTA
 // reserving all six slots).
-Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
-  const NhwcGeometry g = nhwc_geometry(f, s);
+// The kept split with channel tiles of at most `max_lanes` vectors; threads == 0 where it does not
+// apply.
+Launch nhwc_kept_split_at(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int max_lanes) {
+  const NhwcGeometry g = nhwc_geometry(f, s, max_lanes);
   const int stages = nhwc_kept_stages(f, g.vec, dev);
   // Not for flat rows: their kept kernel spilled (fp16 C = 30: 80 bytes a thread against 8 streamed;
   // ptxas, sm_90), and flat shapes that fit on chip are few. Both directions: the backward keeps x
@@ -634,12 +646,42 @@ Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfil
   const int64_t resident = int64_t(dev.sms) * nhwc_min_blocks(kNhwcSplitThreads, dev);
   const int64_t fewest = ceil_div(g.extent, stages * tile_rows);
   if (insts * fewest > resident) return {};
-  const int64_t chunks = std::max(fewest, nhwc_default_chunks(f, s, dev));
-  Launch l = nhwc_split(f, s, dev, chunks, "channels-last split, kept in shared memory");
+  // (Clamped for a narrowed tile, whose units outnumber the natural width's: one round.)
+  int64_t chunks = std::min(std::max(fewest, nhwc_default_chunks(f, s, dev)), resident / insts);
+  const int forced_tiles = kept_split_chunk_tiles_override();
+  if (forced_tiles > 0 && forced_tiles <= stages && insts * ceil_div(g.extent, forced_tiles * tile_rows) <= resident)
+    chunks = ceil_div(g.extent, forced_tiles * tile_rows);
+  Launch l = nhwc_split(f, s, dev, chunks, "channels-last split, kept in shared memory", g.lanes);
   l.config = nhwc_config(g, kNhwcSplitThreads, kBoundedItems, l.config.min_blocks, false, needs_index64(s), stages,
                          true);
   l.smem_bytes = ceil_div(l.chunk_vectors, tile_rows) * ring_bytes(f, l.config) / stages;
   return l;
+}
+
+// The kept split at the natural tile width, or at rows of nhwc_min_row_bytes (32 bytes: 16 fp16
+// channels) where the natural tiles leave the SMs idle: a grid below half the SMs, or over a
+// quarter of the tiles' lanes past C. Measured on the H100 (session 33, CUPTI, fp16, forward and
+// backward, against the natural width; bench/results/2026-12-07-session33/kn_ab_table.md):
+// (1,96,16^3) (32 CTAs) 8.0 -> 7.1 us and 7.6 -> 6.0; (1,128,16^3) 8.0 -> 7.3 and 7.6 -> 6.4;
+// (3,72,20,21,22) (C = 72 in tiles of 64: 44 % idle) 14.9 -> 12.6 and 15.6 -> 14.8; (2,80,20^3)
+// 11.0 -> 10.2 and 11.7 -> 11.2; (1,40,24^3) 9.9 -> 8.5 and 8.3 -> 7.5. Where the natural grid
+// already fills the SMs, 32-byte rows lost (kc_ab_table.md, NORMJIT_KEPT_ROW_BYTES=32):
+// (2,256,16^3) backward 12.3 -> 13.6, (4,320,12^3) 13.1 -> 13.8, (2,128,32^3) forward 21.4 -> 27.1;
+// and chunks of 1 or 3 tiles instead of the default (NORMJIT_KEPT_CHUNK_TILES) won nowhere by
+// more than noise but (2,256,14^3)'s forward at 3 (0.96).
+Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+  const NhwcGeometry natural = nhwc_geometry(f, s);
+  const int vector_bytes = natural.vec * dtype_size(f.dtype);
+  if (const int forced = kept_split_row_bytes_override())
+    return nhwc_kept_split_at(f, s, dev, std::max(1, forced / vector_bytes));
+  const Launch wide = nhwc_kept_split_at(f, s, dev, natural.lanes);
+  const int narrow_lanes = std::max(1, nhwc_min_row_bytes() / vector_bytes);
+  if (wide.config.threads == 0 || narrow_lanes >= natural.lanes) return wide;
+  const int64_t tile_channels = int64_t(natural.lanes) * natural.vec;
+  const bool idle_lanes = 4 * (natural.tiles * tile_channels - s.C) > natural.tiles * tile_channels;
+  if (2 * wide.grid >= dev.sms && !idle_lanes) return wide;
+  const Launch narrow = nhwc_kept_split_at(f, s, dev, narrow_lanes);
+  return narrow.config.threads != 0 ? narrow : wide;
 }
 
 // The kept forward with one chunk a unit, where the kept split would cut small units into chunks

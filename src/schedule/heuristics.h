@@ -62,6 +62,11 @@ int ring_stage_cap();
 // measurements (NORMJIT_NHWC_BWD_ITEMS, 1-8), 0 where unset (nhwc_streamed_items chooses per
 // fusion). Read once per process.
 int nhwc_backward_items_override();
+// The kept channels-last split's chunk in tiles (NORMJIT_KEPT_CHUNK_TILES, 1-8) and its channel
+// tile's row in bytes (NORMJIT_KEPT_ROW_BYTES, 16-256), forced for measurements; 0 where unset.
+// Read once per process.
+int kept_split_chunk_tiles_override();
+int kept_split_row_bytes_override();
 
 struct Launch {
   KernelConfig config = zeroed<KernelConfig>();
