@@ -495,8 +495,9 @@ TEST(Heuristics, ChannelsLastForwardKeepsChunksOnChip) {
   // split, kernels/nhwc_ring.cuh): chunks of at most `stages` tiles, every CTA co-resident (one
   // round), x read once, the launch's shared memory the slots its chunks fill. Not where it does
   // not fit, not for eval, not for flat rows, not under NORMJIT_SPLIT=l2 or registers. The
-  // backward keeps x and dy where both fit its slots ((2,256,16^3) fp16 on the H100/H200). Also where the chunks are fewer than the exchange's columns (every CTA reads every
-  // chunk's pairs): (2,256,16^3) and (3,72,20,21,22).
+  // backward keeps x and dy where both fit its slots ((2,256,16^3) fp16 on the H100/H200). Also
+  // where the chunks are fewer than the exchange's columns (every CTA reads every chunk's pairs):
+  // (2,256,16^3) and (3,72,20,21,22).
   struct Row {
     Shape shape;
     DType dtype;
