@@ -631,6 +631,17 @@ int64_t nhwc_default_chunks(const FusionKey& f, const ShapeKey& s, const DeviceP
 // 16 chunks are fewer than the exchange's 64 columns (every CTA reads every chunk's pairs),
 // 11.4 -> 11.0 (session 22, slots sized to the chunk; 14.1 in session 21 with every CTA
 // reserving all six slots).
+// The lanes (vectors) of a channel tile whose rows are `row_bytes` wide, at most g's.
+int nhwc_lanes_for_row(const FusionKey& f, const NhwcGeometry& g, int row_bytes) {
+  return std::clamp(row_bytes / (g.vec * dtype_size(f.dtype)), 1, g.lanes);
+}
+
+// Whether a tile of `lanes` vectors still reads rows of nhwc_min_row_bytes: a narrower row would
+// read part of a 32-byte sector for every position.
+bool nhwc_row_wide_enough(const FusionKey& f, const NhwcGeometry& g, int lanes) {
+  return lanes >= 1 && lanes * g.vec * dtype_size(f.dtype) >= nhwc_min_row_bytes();
+}
+
 // The kept split with channel tiles of at most `max_lanes` vectors; threads == 0 where it does not
 // apply.
 Launch nhwc_kept_split_at(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int max_lanes) {
@@ -671,12 +682,11 @@ Launch nhwc_kept_split_at(const FusionKey& f, const ShapeKey& s, const DevicePro
 // more than noise but (2,256,14^3)'s forward at 3 (0.96).
 Launch nhwc_kept_split(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
   const NhwcGeometry natural = nhwc_geometry(f, s);
-  const int vector_bytes = natural.vec * dtype_size(f.dtype);
   if (const int forced = kept_split_row_bytes_override())
-    return nhwc_kept_split_at(f, s, dev, std::max(1, forced / vector_bytes));
+    return nhwc_kept_split_at(f, s, dev, nhwc_lanes_for_row(f, natural, forced));
   const Launch wide = nhwc_kept_split_at(f, s, dev, natural.lanes);
-  const int narrow_lanes = std::max(1, nhwc_min_row_bytes() / vector_bytes);
-  if (wide.config.threads == 0 || narrow_lanes >= natural.lanes) return wide;
+  const int narrow_lanes = nhwc_lanes_for_row(f, natural, nhwc_min_row_bytes());
+  if (wide.config.threads == 0 || narrow_lanes == natural.lanes) return wide;
   const int64_t tile_channels = int64_t(natural.lanes) * natural.vec;
   const bool idle_lanes = 4 * (natural.tiles * tile_channels - s.C) > natural.tiles * tile_channels;
   if (2 * wide.grid >= dev.sms && !idle_lanes) return wide;
@@ -706,13 +716,11 @@ Launch nhwc_kept_whole(const FusionKey& f, const ShapeKey& s, const DeviceProfil
   const NhwcGeometry wide = nhwc_geometry(f, s);
   const int stages = nhwc_kept_stages(f, wide.vec, dev);
   if (stages == 0 || wide.flat || split_mode() == SplitMode::l2 || split_mode() == SplitMode::registers) return {};
-  const int row_bytes = wide.vec * dtype_size(f.dtype);
-  int lanes = wide.lanes;
-  while (lanes > 1 && (lanes / 2) * row_bytes >= kKeptWholeRowBytes) lanes /= 2;
-  const NhwcGeometry g = nhwc_geometry(f, s, lanes);
+  const int vector_bytes = wide.vec * dtype_size(f.dtype);
+  const NhwcGeometry g = nhwc_geometry(f, s, nhwc_lanes_for_row(f, wide, kKeptWholeRowBytes));
   const int64_t tile_rows = int64_t(kNhwcSplitThreads / g.lanes) * kBoundedItems;
   const int64_t tiles = ceil_div(g.extent, tile_rows);
-  if (tiles > stages || s.N * g.tiles > dev.sms || g.extent * g.lanes * row_bytes > kKeptWholeMaxBytes) return {};
+  if (tiles > stages || s.N * g.tiles > dev.sms || g.extent * g.lanes * vector_bytes > kKeptWholeMaxBytes) return {};
   Launch l;
   l.config = nhwc_config(g, kNhwcSplitThreads, kBoundedItems, nhwc_min_blocks(kNhwcSplitThreads, dev), false,
                          needs_index64(s), stages, true);
@@ -735,11 +743,6 @@ Launch nhwc_fitting_tier(const FusionKey& f, const ShapeKey& s, const DeviceProf
   return {};
 }
 
-// Whether a tile of `lanes` vectors still reads rows of nhwc_min_row_bytes: a narrower row would
-// read part of a 32-byte sector for every position.
-bool nhwc_row_wide_enough(const FusionKey& f, const NhwcGeometry& g, int lanes) {
-  return lanes >= 1 && lanes * g.vec * dtype_size(f.dtype) >= nhwc_min_row_bytes();
-}
 
 // The channels-last backward of 2-8 samples on sm_90 and later, one CTA per (sample, channel
 // tile) unit held in registers (the tiers) or in shared memory (nhwc_kept_whole), 32-bit

@@ -194,7 +194,7 @@ TEST(GpuKernelsChannelsLastKept, EdgeShapesMatchDoubleReference) {
   const std::vector<Case> cases = {
       {{2, 128, 32, 32, 32}, DType::f16, true},                            // 66 chunks of 4 tiles
       {{1, 64, 17, 19, 23}, DType::f16, true},                             // primes: one partial tile a chunk
-      {{3, 72, 20, 21, 22}, DType::bf16, true, true, A::leaky_relu, true},  // C = 72: 8 of a tile's 64
+      {{3, 72, 20, 21, 22}, DType::bf16, true, true, A::leaky_relu, true},  // C = 72: 16-channel tiles, the last half full
       {{1, 32, 40, 40, 40}, DType::f32, true, true, A::identity, false, 1000.f},
       {{1, 24, 40, 48, 37}, DType::f16, true, true, A::gelu_erf, false},    // C = 24 of a 32-channel tile
       {{1, 64, 58, 58, 60}, DType::f16, true, false},                      // 264 chunks of 6 tiles: every slot
@@ -206,8 +206,8 @@ TEST(GpuKernelsChannelsLastKept, EdgeShapesMatchDoubleReference) {
     check_case(c);
   }
   // The backward's kept split (x and dy in the slots, the exchange between chunks): (2,256,16^3)'s
-  // 16 chunks of 2 tiles, C = 72 in bf16 with a residual under leaky_relu (3 tensors a slot), and
-  // prime volumes.
+  // 16 chunks of 2 tiles, C = 72 in bf16 with a residual under leaky_relu (3 tensors a slot, tiles
+  // of 32-byte rows), and prime volumes.
   const std::vector<Case> backward_cases = {
       {{2, 256, 16, 16, 16}, DType::f16, true},
       {{3, 72, 20, 21, 22}, DType::bf16, true, true, A::leaky_relu, true},
