@@ -7,9 +7,14 @@
 // Per instance we need sum(g) and sum(g * xhat); like the forward, a chunk's x and dy stay in
 // registers (NJ_CACHED) or are streamed twice, and split instances merge partial sums in chunk
 // order (or, with NJ_RESIDENT, stay in shared memory in a pipeline of chunks: resident_split.cuh,
-// backward_resident below). dweight/dbias are reduced over N by the last CTA in a fixed order: no
-// atomics on floats, the same bits on every run.
+// backward_resident below). dweight/dbias are reduced over N in a fixed order: by the CTA that
+// holds all N samples of a channel (channel_major), by the channel's cluster (NJ_CLUSTER), else by
+// the last CTA. No atomics on floats, the same bits on every run.
 #include "common.cuh"
+
+#if NJ_CLUSTER && (!NJ_AFFINE || !NJ_CACHED || NJ_GROUP != NJ_THREADS || NJ_INDEX64)
+#error "NJ_CLUSTER: the NCDHW backward with weight gradients, one instance held in a CTA's registers, 32-bit"
+#endif
 
 struct BwdContext {
   float mean, rstd, w, b;
@@ -167,6 +172,39 @@ __device__ __forceinline__ void channel_weight_grads(const NjParams& p, idx_t ro
   __syncthreads();  // buf is rewritten by the next round
 }
 
+#if NJ_CLUSTER
+// dweight/dbias of a channel whose N samples' CTAs form one thread-block cluster (sm_90;
+// heuristics ncdhw_cluster_fits: one instance a CTA, one round, units in channel-major order, so
+// the cluster's index is the channel and its rank the sample). Thread 0 of each rank pushes the
+// instance's (sum g, sum g * xhat) into rank 0's inbox with st.async, whose bytes count down rank
+// 0's inbox barrier; rank 0 alone waits, adds the N pairs in sample order (the order, and so the
+// bits, of the last CTA's pass this replaces) and writes them. The channels-last tiers' way
+// (instance_norm_nhwc.cuh, cluster_weight_grads), with one channel a CTA.
+__shared__ __align__(8) float nj_ncdhw_inbox[NJ_MAX_CLUSTER_RANKS][2];  // rank 0's is used
+__shared__ __align__(8) unsigned long long nj_ncdhw_inbox_bar;
+
+// Every thread of every rank calls it once, behind its instance's loads: arms the inbox barrier
+// for the N ranks' pairs and announces the CTA's start (cluster_started publishes the barrier).
+__device__ __forceinline__ void ncdhw_cluster_join(const NjParams& p) {
+  if (threadIdx.x == 0) inbox_barrier_arm(&nj_ncdhw_inbox_bar, (unsigned)p.N * 2u * (unsigned)sizeof(float));
+  cluster_started();
+}
+
+// Every thread of every rank calls it once, after ncdhw_cluster_join and the dx stores.
+__device__ __forceinline__ void ncdhw_cluster_weight_grads(const NjParams& p, const Unit& u, const float (&sums)[2]) {
+  const unsigned rank = cluster_rank();
+  cluster_wait();  // every rank has joined, so rank 0's inbox and barrier exist
+  if (threadIdx.x != 0) return;
+  store_cluster_async(nj_ncdhw_inbox[rank], &nj_ncdhw_inbox_bar, 0, make_float2(sums[0], sums[1]));
+  if (rank != 0) return;
+  inbox_barrier_wait(&nj_ncdhw_inbox_bar);  // every rank's pair has arrived
+  float sg = 0.f, sgx = 0.f;
+  for (int n = 0; n < (int)p.N; ++n) sg += nj_ncdhw_inbox[n][0], sgx += nj_ncdhw_inbox[n][1];
+  if (p.dweight) p.dweight[u.channel] = sgx;
+  if (p.dbias) p.dbias[u.channel] = sg;
+}
+#endif
+
 // The saved statistics and affine parameters of u's instance.
 __device__ __forceinline__ BwdContext bwd_context(const NjParams& p, const Unit& u) {
   BwdContext s;
@@ -307,6 +345,9 @@ __device__ __forceinline__ void backward_rounds(const NjParams& p, float* smem, 
 #if NJ_CACHED
     BwdTile t;
     load_bwd_tile(p, u, u.v_begin, lane, t);
+#if NJ_CLUSTER
+    ncdhw_cluster_join(p);  // behind the loads, as the channels-last tiers' cluster_join
+#endif
     accumulate_tile(p, s, u.v_begin, u.v_end, lane, t, sums);
     group_sum<2>(sums, smem);
 #else
@@ -320,7 +361,7 @@ __device__ __forceinline__ void backward_rounds(const NjParams& p, float* smem, 
     unsigned leave_ticket = kNoTicket;
     if (NJ_NCDHW_SPLITS && p.chunks > 1 && u.active)
       leave_ticket = exchange_sum_partials(p, u, sums[0], sums[1], merged);  // the instance's sums
-#if NJ_AFFINE
+#if NJ_AFFINE && !NJ_CLUSTER
     if (p.channel_major) {
       channel_weight_grads(p, round, lane, sums, channel_sums);
     } else {
@@ -340,6 +381,9 @@ __device__ __forceinline__ void backward_rounds(const NjParams& p, float* smem, 
     }
 #endif
     exchange_leave_end(p.counters, u.instance, p.chunks, leave_ticket);
+#if NJ_CLUSTER
+    ncdhw_cluster_weight_grads(p, u, sums);  // after the dx stores, which it does not wait for
+#endif
   }
 
   ring_finish();

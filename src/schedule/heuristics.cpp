@@ -407,6 +407,23 @@ int64_t ncdhw_streamed_chunks(const FusionKey& f, const ShapeKey& s, const Devic
   return std::clamp<int64_t>(ceil_div(nvec, budget_vectors), 1, resident);
 }
 
+// The NCDHW backward's weight gradients in a thread-block cluster of a channel's N CTAs (sm_90,
+// 2 <= N <= 8), where a tier holds one instance a CTA in one round: without it the last CTA to
+// finish reads every instance's sums and writes dweight/dbias, a pass behind a fence and an
+// atomic per CTA that cost ~2 us of the deep stages' backward (with_workspace). Units then walk
+// channel by channel (channel_major), so a cluster of N consecutive CTAs holds one channel's
+// samples (kernels/instance_norm_backward.cuh, ncdhw_cluster_weight_grads). Tiers of several
+// instances a CTA whose groups hold every sample of their channels (channel_major) need none.
+bool ncdhw_cluster_applies(const FusionKey& f, const DeviceProfile& dev) {
+  return f.layout == Layout::ncdhw && f.direction == Direction::backward && f.train && f.affine && dev.arch >= 90 &&
+         cluster_weight_grads_enabled();
+}
+bool ncdhw_cluster_fits(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Launch& l) {
+  const KernelConfig& c = l.config;
+  return ncdhw_cluster_applies(f, dev) && s.N > 1 && s.N <= NJ_MAX_CLUSTER_RANKS && l.chunks == 1 && c.cached &&
+         c.group == c.threads && !c.index64 && !l.cooperative && l.grid == s.N * s.C;
+}
+
 Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy) {
   Launch l;
   const int vec = vector_width(s, f.dtype, f.layout);
@@ -419,6 +436,7 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
     l = ncdhw_tier(f, s, dev, policy, t);
     if (l.config.threads != 0) break;
   }
+  if (l.config.threads != 0 && ncdhw_cluster_fits(f, s, dev, l)) l.config.cluster = true;
 
   if (l.config.threads == 0) {
     // Split: several CTAs per instance.
@@ -849,9 +867,9 @@ Launch with_workspace(const FusionKey& f, const ShapeKey& s, Launch l) {
   const int64_t instances = s.N * s.C;
   const int64_t groups_per_cta = l.config.group > 0 ? l.config.threads / l.config.group : 0;
   const bool weight_grads = f.direction == Direction::backward && f.affine;
-  l.channel_major = weight_grads && (f.layout == Layout::ncdhw
-                                         ? l.chunks == 1 && groups_per_cta > 0 && groups_per_cta % s.N == 0
-                                         : s.N == 1 || l.config.cluster);
+  l.channel_major = weight_grads && (f.layout == Layout::ncdhw ? (l.chunks == 1 && groups_per_cta > 0 &&
+                                                                   groups_per_cta % s.N == 0) || l.config.cluster
+                                                                : s.N == 1 || l.config.cluster);
   l.cluster = l.config.cluster ? int(s.N) : 1;
   const bool grid_reduce = (f.direction == Direction::forward && f.running) ||
                            (weight_grads && !l.channel_major);
@@ -897,7 +915,8 @@ bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const De
   // several instances a CTA (kernels/common.cuh NJ_NCDHW_SPLITS).
   if (f.layout == Layout::ndhwc && l.config.cached && l.chunks > 1) return false;
   if (f.layout == Layout::ncdhw && f.train && l.config.group != l.config.threads && l.chunks > 1) return false;
-  if (l.config.cluster && !nhwc_cluster_fits(f, s, dev, l)) return false;
+  if (l.config.cluster && !(f.layout == Layout::ncdhw ? ncdhw_cluster_fits(f, s, dev, l) : nhwc_cluster_fits(f, s, dev, l)))
+    return false;
   return true;
 }
 
@@ -1102,11 +1121,17 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
       for (const Tier& t : kTiers) {
         if (!tier_allowed(t, f.direction)) continue;
         const int mb = min_blocks_for(t.threads, f.direction, dev);
+        // With its cluster variant where a tier holds an instance a CTA (ncdhw_cluster_fits).
+        const bool cluster = t.group == t.threads && !idx64 && ncdhw_cluster_applies(f, dev);
         if (policy == Policy::bounded) {
           out.push_back(make_config(t.threads, t.group, t.items, vec, mb, true, idx64));
+          if (cluster)
+            out.push_back(make_config(t.threads, t.group, t.items, vec, mb, true, false, 0, false, false, true));
         } else {
-          for (int items = 1; items <= 8; items *= 2)
+          for (int items = 1; items <= 8; items *= 2) {
             out.push_back(make_config(t.threads, t.group, items, vec, mb, true, idx64));
+            if (cluster) out.push_back(make_config(t.threads, t.group, items, vec, mb, true, false, 0, false, false, true));
+          }
         }
       }
       const int mb = min_blocks_for(kSplitThreads, f.direction, dev);

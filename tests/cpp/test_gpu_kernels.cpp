@@ -288,6 +288,13 @@ TEST(GpuKernelsChannelsLastDeep, NarrowTilesMatchDoubleReference) {
   }
 }
 
+// Why the thread-block cluster weight-gradient sums cannot run here, or "" where they can.
+std::string cluster_weight_grads_unavailable(const normjit::DeviceProfile& dev) {
+  if (dev.arch < 90) return "thread-block clusters need sm_90; this GPU is sm_" + std::to_string(dev.arch);
+  if (!normjit::cluster_weight_grads_enabled()) return "NORMJIT_CLUSTER_WEIGHT_GRADS=0";
+  return "";
+}
+
 // Channels-last backward of 2-8 samples with one CTA per (sample, channel tile) on sm_90: the
 // weight gradients are summed by a thread-block cluster of the tile's N CTAs (heuristics
 // with_workspace, kernels/instance_norm_nhwc.cuh cluster_weight_grads). Covers N = 2, 3, 5 and 8,
@@ -297,8 +304,7 @@ TEST(GpuKernelsChannelsLastDeep, ClusterWeightGradsMatchDoubleReference) {
   REQUIRE_GPU();
   using A = normjit::Activation;
   const normjit::DeviceProfile dev = normjit::live_profile(0);
-  if (dev.arch < 90) GTEST_SKIP() << "thread-block clusters need sm_90; this GPU is sm_" << dev.arch;
-  if (!normjit::cluster_weight_grads_enabled()) GTEST_SKIP() << "NORMJIT_CLUSTER_WEIGHT_GRADS=0";
+  if (const std::string why = cluster_weight_grads_unavailable(dev); !why.empty()) GTEST_SKIP() << why;
   const std::vector<Case> cases = {
       {{2, 320, 8, 8, 8}, DType::f16, true},
       {{3, 200, 5, 7, 11}, DType::f16, true, true, A::leaky_relu, false},
@@ -310,6 +316,31 @@ TEST(GpuKernelsChannelsLastDeep, ClusterWeightGradsMatchDoubleReference) {
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::PrintToString(c));
     const normjit::Launch l = default_launch(c, false, dev);
+    EXPECT_EQ(l.cluster, c.shape[0] <= 8 ? c.shape[0] : 1) << l.tier << ", chunks " << l.chunks;
+    EXPECT_EQ(check_case(c, 3), check_case(c, 3));
+  }
+}
+
+// The NCDHW backward of one instance a CTA with 2-8 samples: dweight/dbias summed in a
+// thread-block cluster of the channel's N CTAs (heuristics ncdhw_cluster_fits), the same bits on
+// every run. The medium and large tiers, N = 2, 3, 5 and 8, prime volumes (vectors of 1 and 2),
+// bf16 with a residual under leaky_relu, fp32 with mean >> std; N = 9 keeps the last CTA's pass.
+TEST(GpuKernelsNcdhw, ClusterWeightGradsMatchDoubleReference) {
+  REQUIRE_GPU();
+  using A = normjit::Activation;
+  const normjit::DeviceProfile dev = normjit::live_profile(0);
+  if (const std::string why = cluster_weight_grads_unavailable(dev); !why.empty()) GTEST_SKIP() << why;
+  const std::vector<Case> cases = {
+      {{2, 64, 16, 16, 16}, DType::f16, false},                                 // medium (CTA of 128)
+      {{3, 17, 11, 13, 17}, DType::bf16, false, true, A::leaky_relu, true},     // large, vectors of 1
+      {{5, 8, 9, 10, 11}, DType::f32, false, true, A::identity, false, 1000.f},  // vectors of 2
+      {{8, 6, 32, 32, 32}, DType::f16, false},                                  // large, 8 vectors a thread
+      {{9, 4, 16, 16, 16}, DType::f16, false},                                  // N = 9: no cluster
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    const normjit::Launch l = default_launch(c, false, dev);
+    EXPECT_EQ(l.config.group, l.config.threads) << l.tier;
     EXPECT_EQ(l.cluster, c.shape[0] <= 8 ? c.shape[0] : 1) << l.tier << ", chunks " << l.chunks;
     EXPECT_EQ(check_case(c, 3), check_case(c, 3));
   }

@@ -228,8 +228,9 @@ TEST(Heuristics, DeepBackwardSumsWeightGradsPerCta) {
     EXPECT_EQ(l.scratch, 0);
     EXPECT_EQ(l.counters, 0);
   }
-  // Not where a CTA holds one instance of N = 2, nor for splits, nor without affine, nor forward.
-  EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 256, 16, 16, 16}))).channel_major);
+  // Where a CTA holds one instance of N = 2: channel by channel in clusters of the channel's CTAs
+  // (NcdhwBackwardSumsWeightGradsInClusters). Not for splits, nor without affine, nor forward.
+  EXPECT_TRUE(launch_for(backward_keys(bwd_args({2, 256, 16, 16, 16}))).config.cluster);
   EXPECT_FALSE(launch_for(backward_keys(bwd_args({2, 32, 128, 128, 128}))).channel_major);
   EXPECT_FALSE(launch_for(backward_keys(bwd_args({3, 320, 4, 4, 4}))).channel_major);  // 32 groups, N = 3
   BackwardArgs plain = bwd_args({2, 320, 4, 4, 4});
@@ -602,6 +603,47 @@ TEST(Heuristics, KeptSplitNarrowsTilesThatLeaveSmsIdle) {
     }
 }
 
+TEST(Heuristics, NcdhwBackwardSumsWeightGradsInClusters) {
+  // The NCDHW backward of a tier holding one instance a CTA, with 2-8 samples and weights, on
+  // sm_90: clusters of the channel's N CTAs, units channel by channel, no last-CTA pass (no
+  // scratch). Not for N = 1 or N > 8, not without weights, not before sm_90, not for a split or a
+  // tier of several instances a CTA (those sum in the CTA where they hold every sample).
+  struct Row {
+    Shape shape;
+    const char* device;
+    bool affine;
+    int cluster;
+  };
+  const Row rows[] = {
+      {{2, 256, 16, 16, 16}, "H100", true, 2},  {{2, 256, 12, 12, 12}, "H200", true, 2},
+      {{2, 128, 32, 32, 32}, "H100", true, 2},  {{4, 128, 32, 32, 32}, "H100", true, 4},
+      {{8, 64, 32, 32, 32}, "H100", true, 8},   {{3, 17, 11, 13, 17}, "H100", true, 3},
+      {{9, 64, 16, 16, 16}, "H100", true, 1},   {{1, 256, 16, 16, 16}, "H100", true, 1},
+      {{2, 256, 16, 16, 16}, "H100", false, 1}, {{2, 256, 16, 16, 16}, "A100", true, 1},
+      {{2, 320, 8, 8, 8}, "H100", true, 1},     // a warp an instance: summed in the CTA
+      {{2, 32, 128, 128, 128}, "H100", true, 1},  // the resident split
+  };
+  for (const Row& r : rows) {
+    const DeviceProfile dev = builtin_profile(r.device);
+    BackwardArgs a = bwd_args(r.shape, DType::f16, Layout::ncdhw);
+    if (!r.affine) a.weight = a.bias = {}, a.dweight = a.dbias = nullptr;
+    const CallKeys k = backward_keys(a);
+    const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+    SCOPED_TRACE(std::string(r.device) + " N=" + std::to_string(r.shape[0]) + " " + l.tier);
+    EXPECT_EQ(l.cluster, r.cluster);
+    EXPECT_EQ(l.config.cluster, r.cluster > 1);
+    EXPECT_TRUE(launchable(k.fusion, k.shape, l, dev));
+    if (r.cluster > 1) {
+      EXPECT_EQ(l.grid, r.shape[0] * r.shape[1]) << "one round, a CTA an instance";
+      EXPECT_TRUE(l.channel_major);
+      EXPECT_EQ(l.scratch, 0) << "no last-CTA pass";
+      Launch two_rounds = l;
+      two_rounds.grid = l.grid / 2;
+      EXPECT_FALSE(launchable(k.fusion, k.shape, two_rounds, dev));
+    }
+  }
+}
+
 TEST(Heuristics, ChannelsLastForwardKeepsSmallUnitsWhole) {
   // The kept forward with one chunk a unit (heuristics nhwc_kept_whole): where a unit of 16-byte
   // rows is at most 36 KB and the units fit one CTA an SM, the channel tile narrows to one 16-byte
@@ -949,8 +991,10 @@ TEST(Heuristics, BoundedSetSizes) {
       {Direction::forward, Layout::ncdhw, DType::f16, true, 60},
       {Direction::forward, Layout::ncdhw, DType::f32, true, 46},
       {Direction::forward, Layout::ncdhw, DType::f16, false, 56},
-      {Direction::backward, Layout::ncdhw, DType::f16, true, 60},
-      {Direction::backward, Layout::ncdhw, DType::f32, true, 46},
+      // The backward with weight gradients (sm_90): + the cluster variants of the tiers of one
+      // instance a CTA (4 tiers x the vector classes), 32-bit indexing.
+      {Direction::backward, Layout::ncdhw, DType::f16, true, 76},
+      {Direction::backward, Layout::ncdhw, DType::f32, true, 58},
       // Channels-last: 16 lane/vector classes x (2 tiers + 2 splits) x 2 index widths, + the flat
       // super-row configs (lanes at run time: 3 per index width).
       // The training forward: + the kept split for the 16-byte class (4 lane counts x 2 index widths).
@@ -974,16 +1018,19 @@ TEST(Heuristics, BoundedSetSizes) {
     EXPECT_GE(exact, bounded) << describe(f);
     // The bound does not depend on the epilogue (activation, residual, affine dtype, bf16 vs f16),
     // except that a residual's channels-last backward has no cluster variants (they spilled:
-    // heuristics nhwc_cluster_tier).
+    // heuristics nhwc_cluster_tier); the NCDHW backward's keep theirs.
     const FusionKey g = make_fusion(row.d, row.dtype == DType::f16 ? DType::bf16 : row.dtype, row.dtype, row.layout,
                                     row.train, true, true, false, false, Activation::silu);
     const auto f_configs = enumerate_configs(f, Policy::bounded);
     const size_t clustered = size_t(std::count_if(f_configs.begin(), f_configs.end(),
                                                   [](const KernelConfig& c) { return c.cluster; }));
-    EXPECT_EQ(clustered, row.layout == Layout::ndhwc && row.d == Direction::backward ? (row.dtype == DType::f16 ? 40u : 32u)
-                                                                                     : 0u)
-        << describe(f);
-    EXPECT_EQ(enumerate_configs(g, Policy::bounded).size(), bounded - clustered) << describe(g);
+    const bool f16 = row.dtype == DType::f16;
+    const size_t want_clustered = row.d != Direction::backward ? 0u
+                                  : row.layout == Layout::ndhwc ? (f16 ? 40u : 32u)
+                                                                : (f16 ? 16u : 12u);
+    EXPECT_EQ(clustered, want_clustered) << describe(f);
+    EXPECT_EQ(enumerate_configs(g, Policy::bounded).size(), bounded - (row.layout == Layout::ndhwc ? clustered : 0))
+        << describe(g);
     // No duplicates.
     const auto all = enumerate_configs(f, Policy::bounded);
     for (size_t i = 0; i < all.size(); ++i)
