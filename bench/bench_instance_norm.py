@@ -350,8 +350,10 @@ def measure_peer(peer: str, cfg: Config, inp: Inputs, normjit, args, copy_tbps) 
         rec["pct_copy"] = bl.pct_of(rec["tbps"], copy_tbps)
         if args.kernel_times:
             try:
-                k_us, per_call = bl.kernel_time_us(step, name_prefix=None, calls=20)
+                names: list[str] = []
+                k_us, per_call = bl.kernel_time_us(step, name_prefix=None, calls=20, names_out=names)
                 rec["kernel_us"], rec["gpu_activities_per_call"] = bl.finite_or_none(k_us), per_call
+                rec["gpu_activity_names"] = names
             except Exception as exc:  # noqa: BLE001 - the event time stands without it
                 rec["kernel_error"] = bl.short_error(exc)
         if info_before is not None:

@@ -496,6 +496,32 @@ def kernel_time_table(doc: dict) -> str:
     return md_table(headers, rows)
 
 
+def short_activity_name(name: str, limit: int = 70) -> str:
+    """A GPU activity's name without 'void ' and its parameter list, cut at `limit` characters."""
+    name = name.removeprefix("void ")
+    depth = 0
+    for i, ch in enumerate(name):  # the parameter list: the first '(' outside template brackets
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0:
+            name = name[:i]
+            break
+    return name if len(name) <= limit else name[:limit - 1] + "…"
+
+
+def normjit_work_lines(doc: dict) -> list[str]:
+    """One markdown line per (layout, mode, GPU activities of one normjit call) that --kernel-times
+    recorded, with its shapes: work beside normjit's own kernels (autograd's zero-fills, casts,
+    layout copies) shows here, where the activity counts in the table above only hint at it."""
+    seen: dict[tuple, dict[str, None]] = {}
+    for m in doc.get("measurements", []):
+        names = m.get("gpu_activity_names")
+        if m.get("peer") == "normjit" and names:
+            key = (m["layout"], m["mode"], tuple(short_activity_name(n) for n in names))
+            seen.setdefault(key, {})[fmt_shape(m["shape"])] = None
+    return [f"- {layout} {mode} ({'; '.join(shapes)}): {', '.join(names)}"
+            for (layout, mode, names), shapes in seen.items()]
+
+
 def kernel_speedup_summary(doc: dict) -> str:
     """Geometric-mean speed-up of normjit over each peer, per (activation, dtype, layout, mode)."""
     grouped = group_by_config(doc.get("measurements", []))
@@ -569,6 +595,9 @@ def kernel_markdown(doc: dict, *, dtypes: Sequence[str] | None = None, level: in
     if any("kernel_us" in m or "kernel_error" in m for m in doc.get("measurements", [])):
         parts += [f"{h}# GPU time per call by CUPTI (the work's own execution; in brackets the GPU "
                   "activities a call launched)", "", kernel_time_table(doc), ""]
+        work = normjit_work_lines(doc)
+        if work:
+            parts += [f"{h}# The GPU activities of one normjit call, in launch order", "", *work, ""]
     problems = failed_checks(doc)
     errors = kernel_errors(doc)
     suspects = [c for c in doc.get("checks", []) if c.get("ok") and c.get("suspect")]
@@ -862,12 +891,13 @@ def per_call_kernel_times_us(kernels: Sequence[tuple[float, float]], calls: int)
 
 
 def per_call_times_after_flush(records: Sequence[tuple[float, float, str]], calls: int,
-                               flush_name: str) -> tuple[float, int]:
+                               flush_name: str, names_out: list[str] | None = None) -> tuple[float, int]:
     """(median over calls of the GPU time of a call's own work, GPU activities per call) from the
     (start, end, name) of every GPU activity the profiler saw in `calls` iterations of [the L2
     flush, the call]: in start order, each iteration's first activity must be the flush (named
     `flush_name`), and the rest of the iteration is the call's (kernels, copies, memsets of a peer
-    whose kernel names are not known in advance: torch eager, torch.compile)."""
+    whose kernel names are not known in advance: torch eager, torch.compile). names_out, when
+    given, receives the names of one call's activities in launch order."""
     groups = _per_call_groups(records, calls, "GPU activities")
     if len(groups[0]) < 2:
         raise ValueError("the calls launched no GPU work of their own")
@@ -875,15 +905,17 @@ def per_call_times_after_flush(records: Sequence[tuple[float, float, str]], call
         if g[0][2] != flush_name:
             raise ValueError(f"an iteration starts with {g[0][2]!r}, not the L2 flush {flush_name!r}: "
                              "the calls do not launch the same work every time")
+    if names_out is not None:
+        names_out.extend(name for _, _, name in groups[0][1:])
     return median([sum(end - start for start, end, _ in g[1:]) for g in groups]), len(groups[0]) - 1
 
 
 def kernel_time_us(fn: Callable[[], object], name_prefix: str | None = "normjit_",
-                   calls: int = 50) -> tuple[float, int]:
+                   calls: int = 50, names_out: list[str] | None = None) -> tuple[float, int]:
     """(median GPU time of the kernels fn() launches whose names start with name_prefix, kernels
     per call), from CUPTI's kernel records (torch.profiler), with the L2 flushed before every call.
     name_prefix None: all the GPU work fn() launches (a peer's), told from the flush's by position
-    (per_call_times_after_flush).
+    (per_call_times_after_flush), its names in launch order into names_out when given.
 
     gpu_time_us measures from a CUDA event before fn to one after it, so it also counts the gap
     from the event to the kernel's start (session 2: the NCDHW deep kernels 4.0-4.3 µs in Nsight
@@ -914,7 +946,7 @@ def kernel_time_us(fn: Callable[[], object], name_prefix: str | None = "normjit_
         flush_names = {name for _, _, name in gpu_records(flush.zero_)}
         if len(flush_names) != 1:
             raise ValueError(f"the L2 flush launched {sorted(flush_names)}, not one GPU activity")
-        return per_call_times_after_flush(gpu_records(iterations), calls, flush_names.pop())
+        return per_call_times_after_flush(gpu_records(iterations), calls, flush_names.pop(), names_out)
     kernels = [(start, end) for start, end, name in gpu_records(iterations) if name.startswith(name_prefix)]
     return per_call_kernel_times_us(kernels, calls)
 

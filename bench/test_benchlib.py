@@ -223,6 +223,27 @@ def test_kernel_time_table_and_markdown():
     row = [c.strip() for c in table[2].strip("|").split("|")]
     assert row == ["2,320,4,4,4", "fp16", "ncdhw", "fwd", "error", "4.00 (2)", "2.50 (1)", bl.DASH, "1.60×"], row
     assert "### GPU time per call by CUPTI" in bl.kernel_markdown(doc)
+    assert "normjit call, in launch order" not in bl.kernel_markdown(doc)  # no names recorded
+
+
+def test_normjit_work_lines_name_every_activity_of_a_call():
+    fill = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+            "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")
+    assert bl.short_activity_name("void f<(char)1>(int, float*)") == "f<(char)1>"
+    assert bl.short_activity_name(fill, limit=40) == "at::native::vectorized_elementwise_kern…"
+    assert bl.short_activity_name("normjit_instance_norm_backward") == "normjit_instance_norm_backward"
+    doc = fake_kernel_doc(dtypes=("fp16",))
+    for m in doc["measurements"]:
+        if m["peer"] == "normjit" and m["mode"] == "fwdbwd" and m["layout"] == "ncdhw":
+            m["gpu_activity_names"] = ["normjit_instance_norm_forward", fill, fill,
+                                       "normjit_instance_norm_backward"]
+            m["kernel_us"], m["gpu_activities_per_call"] = 7.0, 4
+    lines = bl.normjit_work_lines(doc)
+    assert len(lines) == 1, lines  # one line for every shape with the same work
+    assert lines[0].startswith("- ncdhw fwdbwd (2,32,128,128,128; ")
+    assert lines[0].endswith("): normjit_instance_norm_forward, " + 2 * (bl.short_activity_name(fill) + ", ")
+                             + "normjit_instance_norm_backward")
+    assert "### The GPU activities of one normjit call, in launch order" in bl.kernel_markdown(doc)
 
 
 def test_per_call_times_after_flush():
@@ -230,6 +251,9 @@ def test_per_call_times_after_flush():
     records = [(0.0, 50.0, "fill"), (60.0, 63.0, "k1"), (64.0, 65.0, "k2"),
                (100.0, 150.0, "fill"), (160.0, 162.0, "k1"), (163.0, 165.0, "k2")]
     assert bl.per_call_times_after_flush(list(reversed(records)), 2, "fill") == (4.0, 2)
+    names = []
+    assert bl.per_call_times_after_flush(records, 2, "fill", names_out=names) == (4.0, 2)
+    assert names == ["k1", "k2"]  # one call's, in launch order
     # A peer whose own kernel has the flush's name is still counted (position, not name, decides).
     same = [(0.0, 50.0, "fill"), (60.0, 61.0, "fill"), (100.0, 150.0, "fill"), (160.0, 161.0, "fill")]
     assert bl.per_call_times_after_flush(same, 2, "fill") == (1.0, 1)
