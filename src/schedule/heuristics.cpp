@@ -1027,7 +1027,7 @@ void nhwc_candidates(CandidateList& c, Policy policy) {
       // The kept split at both widths nhwc_kept_split chooses between.
       c.add(nhwc_kept_split(f, s, dev));
       c.add(nhwc_kept_split_at(f, s, dev, g.lanes));
-      c.add(nhwc_kept_split_at(f, s, dev, std::max(1, nhwc_min_row_bytes() / (g.vec * dtype_size(f.dtype)))));
+      c.add(nhwc_kept_split_at(f, s, dev, nhwc_lanes_for_row(f, g, nhwc_min_row_bytes())));
       for (int64_t budget : {dev.l2_bytes / 2, dev.l2_bytes / 4, dev.l2_bytes})
         c.add(nhwc_split(f, s, dev, nhwc_streamed_chunks(f, s, dev, budget),
                          "channels-last split, streamed twice"));
