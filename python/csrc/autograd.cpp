@@ -98,6 +98,10 @@ class InstanceNormFunction : public torch::autograd::Function<InstanceNormFuncti
                                const OptTensor& running_mean, const OptTensor& running_var,
                                bool use_input_stats, double momentum, double eps,
                                int64_t activation, double activation_param) {
+    // The saved statistics are non-differentiable, so their gradients are always undefined:
+    // without this autograd would hand backward two zero-filled (N*C) tensors, two fill kernels
+    // a backward (ncu, session 34). backward reads grads[0] alone and checks it is defined.
+    ctx->set_materialize_grads(false);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     auto [y, save_mean, save_rstd] =
         fwd_op().call(x, weight, bias, residual, running_mean, running_var, use_input_stats,

@@ -309,6 +309,29 @@ def test_backward_is_deterministic():
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_training_backward_launches_normjit_kernels_only(channels_last):
+    """A training backward is normjit's kernel alone: autograd must not zero-fill gradients for the
+    non-differentiable saved statistics (set_materialize_grads(false), python/csrc/autograd.cpp),
+    which cost two fill kernels and their launches a backward until session 34."""
+    x = _make((2, 16, 8, 8, 8), torch.float16, channels_last).requires_grad_()
+    w = (torch.rand(16, device="cuda") + 0.5).requires_grad_()
+    b = torch.randn(16, device="cuda", requires_grad=True)
+    dy = _make(x.shape, torch.float16, channels_last, seed=3)
+    with _no_fallback():
+        NF.instance_norm(x, weight=w, bias=b).backward(dy)  # compiles and warms up
+        x.grad = w.grad = b.grad = None
+        y = NF.instance_norm(x, weight=w, bias=b)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            y.backward(dy)
+            torch.cuda.synchronize()
+    gpu = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert any(name.startswith("normjit_") for name in gpu), gpu
+    assert [name for name in gpu if not name.startswith("normjit_")] == [], gpu
+    assert x.grad is not None and w.grad is not None and b.grad is not None
+
+
 def test_non_dense_input_is_copied_and_counted():
     normjit.reset_cache_stats()
     base = _make((2, 3, 10, 12, 14), torch.float32)
