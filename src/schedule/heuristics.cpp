@@ -407,6 +407,33 @@ int64_t ncdhw_streamed_chunks(const FusionKey& f, const ShapeKey& s, const Devic
   return std::clamp<int64_t>(ceil_div(nvec, budget_vectors), 1, resident);
 }
 
+// The default streamed split's chunks: the L2 budget's count, raised where more chunks take fewer
+// tile steps. A round runs resident / chunks instances, a chunk a CTA, and a CTA walks its chunk
+// in tiles of kSplitThreads x kBoundedItems vectors, so the kernel's time goes with rounds x tile
+// steps a chunk; the count is the smallest (fewest CTAs and exchanges) of the least rounds x
+// steps, from the budget's count up to a chunk a co-resident slot. A round's reads stay within the
+// budget (smaller chunks, no more CTAs). Measured on the H100 (backward kernel, CUPTI, session 35,
+// bench/results/2026-12-07-session35): fp32 (2,32,128^3) took 86 chunks (86 CTAs on 132 SMs, 3
+// steps each): 1042 us, against 907 at 130 chunks of 2 steps; but more chunks of as many steps
+// lose: fp16 (2,32,80,192,160) 2 x 50 chunks of 3 steps 450 us, 2 x 65 of 3 steps 520; fp32 100
+// -> 130 chunks of 3 steps 980 -> 1062 us. One chunk (no exchange) stays one.
+int64_t ncdhw_default_streamed_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+  const int64_t budget = ncdhw_streamed_chunks(f, s, dev, dev.l2_bytes / 2);
+  if (budget <= 1) return budget;
+  const int64_t nvec = s.spatial / vector_width(s, f.dtype, f.layout);
+  const int64_t instances = s.N * s.C;
+  const int64_t resident = int64_t(dev.sms) * min_blocks_for(kSplitThreads, f.direction, dev);
+  const int64_t tile = int64_t(kSplitThreads) * kBoundedItems;
+  auto steps = [&](int64_t chunks) {
+    const int64_t per_round = std::min(resident / chunks, instances);
+    return ceil_div(instances, per_round) * ceil_div(ceil_div(nvec, chunks), tile);
+  };
+  int64_t best = budget;
+  for (int64_t k = budget + 1; k <= resident; ++k)
+    if (steps(k) < steps(best)) best = k;
+  return best;
+}
+
 // The NCDHW backward's weight gradients in a thread-block cluster of a channel's N CTAs (sm_90,
 // 2 <= N <= 8), where a tier holds one instance a CTA in one round: without it the last CTA to
 // finish reads every instance's sums and writes dweight/dbias, a pass behind a fence and an
@@ -462,7 +489,7 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
       l = ncdhw_split(f, s, dev, /*cached=*/true, k_cached, "split, cached in registers");
     } else {
       // Stream each chunk twice (statistics, then output), a round's reads sized to half the L2.
-      l = ncdhw_split(f, s, dev, /*cached=*/false, ncdhw_streamed_chunks(f, s, dev, dev.l2_bytes / 2),
+      l = ncdhw_split(f, s, dev, /*cached=*/false, ncdhw_default_streamed_chunks(f, s, dev),
                       "split, streamed twice (second read from L2)");
     }
   }

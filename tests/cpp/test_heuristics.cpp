@@ -453,6 +453,64 @@ TEST(Heuristics, BigShapeBackwardAndOtherSplits) {
   EXPECT_EQ(l.grid, 64 * l.chunks);
 }
 
+TEST(Heuristics, NcdhwStreamedSplitTakesChunksOfFewerTileSteps) {
+  // The NCDHW split that streams each chunk twice takes more chunks than the L2 budget's count
+  // where that cuts the tile steps a chunk walks: fp32 (2,32,128^3)'s backward ran 86 chunks of
+  // 3 steps on 86 of 132 SMs, and now runs 128 of 2. More chunks of as many steps measured slower
+  // (fp16 (2,32,80,192,160): 2 x 50 chunks, 3 steps each, stays).
+  const DeviceProfile h100 = builtin_profile("H100");
+  struct Row {
+    Shape shape;
+    DType dtype;
+    int chunks;
+    int64_t grid;
+  };
+  for (const Row& r : {Row{{2, 32, 128, 128, 128}, DType::f32, 128, 128},
+                       Row{{2, 32, 80, 192, 160}, DType::f16, 50, 100},
+                       Row{{2, 32, 80, 192, 160}, DType::bf16, 50, 100},
+                       Row{{2, 32, 80, 192, 160}, DType::f32, 100, 100},
+                       Row{{1, 1, 256, 256, 256}, DType::f16, 132, 132}}) {
+    const CallKeys k = backward_keys(bwd_args(r.shape, r.dtype));
+    const Launch l = choose_launch(k.fusion, k.shape, h100, Policy::bounded);
+    SCOPED_TRACE(std::string(dtype_name(r.dtype)) + " " + std::to_string(r.shape[2]) + ": " + l.tier);
+    EXPECT_EQ(l.tier, std::string("split, streamed twice (second read from L2)"));
+    EXPECT_EQ(l.chunks, r.chunks);
+    EXPECT_EQ(l.grid, r.grid);
+  }
+  // Every streamed training split, forward or backward, on every built-in GPU: one round of
+  // co-resident CTAs, whole instances a round, and a round of several instances reads within
+  // half the L2 (plus a tile a CTA of rounding; an instance too large for the budget even at a
+  // chunk a slot takes a round alone).
+  setenv("NORMJIT_SPLIT", "l2", 1);
+  struct Restore {
+    ~Restore() { unsetenv("NORMJIT_SPLIT"); }
+  } restore;
+  int checked = 0;
+  for (const char* name : {"H200", "H100", "A100", "L4"}) {
+    const DeviceProfile dev = builtin_profile(name);
+    for (const Shape& shape : {Shape{2, 32, 128, 128, 128}, Shape{2, 32, 80, 192, 160}, Shape{1, 3, 101, 103, 107},
+                               Shape{2, 64, 64, 64, 64}, Shape{1, 1, 256, 256, 256}, Shape{4, 5, 96, 96, 96}}) {
+      for (DType dt : {DType::f16, DType::f32}) {
+        for (bool forward : {true, false}) {
+          const CallKeys k = forward ? forward_keys(fwd_args(shape, dt)) : backward_keys(bwd_args(shape, dt));
+          const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+          if (l.tier != std::string("split, streamed twice (second read from L2)") || l.chunks < 2) continue;
+          SCOPED_TRACE(std::string(name) + " " + dtype_name(dt) + (forward ? " fwd " : " bwd ") +
+                       std::to_string(shape[1]) + "x" + std::to_string(shape[2]));
+          EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
+          EXPECT_EQ(l.grid % l.chunks, 0);
+          const int64_t per_vec = int64_t(l.config.vec) * dtype_size(dt) * (forward ? 1 : 2);
+          if (l.grid > l.chunks)
+            EXPECT_LE(l.grid * l.chunk_vectors * per_vec,
+                      dev.l2_bytes / 2 + l.grid * l.config.threads * l.config.items * per_vec);
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
 TEST(Heuristics, ChannelsLastSplitFillsTheGpu) {
   // A channels-last training tensor that fits the L2 budget in few chunks still gets enough to
   // fill the co-resident CTA slots (2 per SM on the H200), as long as a chunk keeps 2 tiles of
