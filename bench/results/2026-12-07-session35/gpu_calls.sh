@@ -10,6 +10,17 @@
 # S (~450 s, the landing call for the streamed split's chunks by tile steps; .baseline as for H):
 #   the A/B of every plan it changes (fp32 (2,32,128^3) and fp16 (1,64,64^3) backward, the odd
 #   (1,3,101,103,107) both ways; the rest of each line is a control), then the GPU suite.
+# R (~200 s, a measurement for the next session): the NCDHW backward's split modes on the big
+#   shapes, by CUPTI, two rounds: the default against the resident split (at 256 and at 512
+#   threads a CTA) and the streamed one (NORMJIT_SPLIT=l2), fp16 and fp32. Is
+#   resident_backward_pays's rule (fitted on the H200 in session 4) still right on the H100?
+# A (~420 s, for the next session: the landing call for aligned_chunks.patch). Set-up here:
+#     git archive main --prefix=.baseline/ | tar x
+#     git apply bench/results/2026-12-07-session35/aligned_chunks.patch
+#   The A/B of NCDHW kernel times (CUPTI, two rounds) of main (base), the patch (new: chunks
+#   rounded up to whole 128-byte lines) and the patch with NORMJIT_CHUNK_ALIGN_BYTES=16 (the
+#   balanced chunks of main, from the patched build: the knob's control), on the resident and
+#   streamed splits, then the GPU suite.
 # M (~440 s): README's main table: scripts/gpu_check.sh's kernel, activation, host and U-Net
 #   benchmarks (build first if needed).
 set -u
@@ -31,7 +42,21 @@ case "${1:-}" in
      OUT=$OUT bash "$0" L ;;
   S) AB_TIMEOUT=200 SUITE_TIMEOUT=330 OUT=$OUT bench/ab_then_suite.sh .baseline --layouts ncdhw \
        --modes fwd,bwd --dtypes fp16,fp32 --shapes 2,32,128,128,128 1,64,64,64,64 1,3,101,103,107 ;;
+  R) scripts/gpu_check.sh build > /dev/null 2>&1 || { echo "build failed"; exit 1; }
+     mkdir -p "$OUT/R"
+     for round in 1 2; do
+       for v in default NORMJIT_SPLIT=resident NORMJIT_SPLIT=resident,NORMJIT_RESIDENT_THREADS=512 NORMJIT_SPLIT=l2; do
+         envs=(); [ $v != default ] && IFS=, read -ra envs <<< "$v"
+         env "${envs[@]}" timeout 45 python3 bench/kernel_times.py --timer cupti --tag "$v" --layouts ncdhw \
+           --modes bwd --dtypes fp16,fp32 --shapes 2,32,80,192,160 2,32,128,128,128 2,64,64,64,64 \
+           > "$OUT/R/${v//[=,]/_}_$round.log" 2>&1
+       done
+     done
+     python3 bench/kernel_times.py --table "$OUT"/R/default_*.log "$OUT"/R/NORMJIT_*.log | tee "$OUT/R/split_modes_table.md" ;;
+  A) COMPARE_ENVS="NORMJIT_CHUNK_ALIGN_BYTES=16" AB_TIMEOUT=200 SUITE_TIMEOUT=330 OUT=$OUT \
+       bench/ab_then_suite.sh .baseline --layouts ncdhw --modes fwd,bwd --dtypes fp16,fp32 \
+       --shapes 2,32,128,128,128 2,64,64,64,64 2,32,80,192,160 ;;
   M) mkdir -p "$OUT"; OUT=$OUT/main timeout 560 scripts/gpu_check.sh build bench_kernel bench_act bench_host bench_unet \
        > "$OUT/main.log" 2>&1; tail -c 9000 "$OUT/main.log" ;;
-  *) echo "usage: gpu_calls.sh H|L|S|M" >&2; exit 2 ;;
+  *) echo "usage: gpu_calls.sh H|L|S|R|A|M" >&2; exit 2 ;;
 esac
