@@ -416,7 +416,8 @@ int64_t ncdhw_streamed_chunks(const FusionKey& f, const ShapeKey& s, const Devic
 // bench/results/2026-12-07-session35): fp32 (2,32,128^3) took 86 chunks (86 CTAs on 132 SMs, 3
 // steps each): 1042 us, against 907 at 130 chunks of 2 steps; but more chunks of as many steps
 // lose: fp16 (2,32,80,192,160) 2 x 50 chunks of 3 steps 450 us, 2 x 65 of 3 steps 520; fp32 100
-// -> 130 chunks of 3 steps 980 -> 1062 us. One chunk (no exchange) stays one.
+// -> 130 chunks of 3 steps 980 -> 1062 us (why is not profiled; docs/PERF_NOTES.md's session 35
+// suspects the losers' chunk starts off 128-byte lines). One chunk (no exchange) stays one.
 int64_t ncdhw_default_streamed_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
   const int64_t budget = ncdhw_streamed_chunks(f, s, dev, dev.l2_bytes / 2);
   if (budget <= 1) return budget;
