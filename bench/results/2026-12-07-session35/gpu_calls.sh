@@ -14,13 +14,15 @@
 #   shapes, by CUPTI, two rounds: the default against the resident split (at 256 and at 512
 #   threads a CTA) and the streamed one (NORMJIT_SPLIT=l2), fp16 and fp32. Is
 #   resident_backward_pays's rule (fitted on the H200 in session 4) still right on the H100?
-# A (~420 s, for the next session: the landing call for aligned_chunks.patch). Set-up here:
+# A (~480 s, for the next session: the landing call for aligned_chunks.patch). Set-up here:
 #     git archive main --prefix=.baseline/ | tar x
 #     git apply bench/results/2026-12-07-session35/aligned_chunks.patch
 #   The A/B of NCDHW kernel times (CUPTI, two rounds) of main (base), the patch (new: chunks
-#   rounded up to whole 128-byte lines) and the patch with NORMJIT_CHUNK_ALIGN_BYTES=16 (the
-#   balanced chunks of main, from the patched build: the knob's control), on the resident and
-#   streamed splits, then the GPU suite.
+#   rounded up to whole 128-byte lines), the patch with NORMJIT_CHUNK_ALIGN_BYTES=16 (the
+#   balanced chunks of main, from the patched build: the knob's control), and the default
+#   streamed split forced to 66 chunks (NORMJIT_STREAMED_CHUNKS; (2,32,80,192,160)'s backward on
+#   132 CTAs instead of 100) with and without aligned chunks, on the resident and streamed splits,
+#   then the GPU suite.
 # M (~440 s): README's main table: scripts/gpu_check.sh's kernel, activation, host and U-Net
 #   benchmarks (build first if needed).
 set -u
@@ -53,7 +55,8 @@ case "${1:-}" in
        done
      done
      python3 bench/kernel_times.py --table "$OUT"/R/default_*.log "$OUT"/R/NORMJIT_*.log | tee "$OUT/R/split_modes_table.md" ;;
-  A) COMPARE_ENVS="NORMJIT_CHUNK_ALIGN_BYTES=16" AB_TIMEOUT=200 SUITE_TIMEOUT=330 OUT=$OUT \
+  A) COMPARE_ENVS="NORMJIT_CHUNK_ALIGN_BYTES=16 NORMJIT_STREAMED_CHUNKS=66 NORMJIT_STREAMED_CHUNKS=66,NORMJIT_CHUNK_ALIGN_BYTES=16" \
+     AB_TIMEOUT=240 SUITE_TIMEOUT=330 OUT=$OUT \
        bench/ab_then_suite.sh .baseline --layouts ncdhw --modes fwd,bwd --dtypes fp16,fp32 \
        --shapes 2,32,128,128,128 2,64,64,64,64 2,32,80,192,160 ;;
   M) mkdir -p "$OUT"; OUT=$OUT/main timeout 560 scripts/gpu_check.sh build bench_kernel bench_act bench_host bench_unet \
