@@ -200,7 +200,12 @@ std::string format_call(const std::vector<ExplainCall>& calls, size_t i) {
   if (c.empty) return head + c.reason;
   std::string s = head + kernel_name(c.fusion, c.config) + "  " + c.launch.tier + ", grid " +
                   std::to_string(c.launch.grid) + " x " + std::to_string(c.config.threads) + ", chunks " +
-                  std::to_string(c.launch.chunks) + (c.launch.cooperative ? " (cooperative)" : "") +
+                  std::to_string(c.launch.chunks) +
+                  // A chunk's length: 16-byte-or-narrower vectors (NCDHW), rows of the channel tile (NDHWC).
+                  (c.launch.chunks > 1 ? " of " + std::to_string(c.launch.chunk_vectors) +
+                                             (c.fusion.layout == Layout::ncdhw ? " vectors" : " rows")
+                                       : "") +
+                  (c.launch.cooperative ? " (cooperative)" : "") +
                   (c.launch.cluster > 1 ? " (clusters of " + std::to_string(c.launch.cluster) + ")" : "") + "  ";
   if (c.new_kernel)
     s += "(new kernel: " + c.reason + ")";
