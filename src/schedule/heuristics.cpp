@@ -789,7 +789,6 @@ Launch nhwc_fitting_tier(const FusionKey& f, const ShapeKey& s, const DeviceProf
   return {};
 }
 
-
 // The channels-last backward of 2-8 samples on sm_90 and later, one CTA per (sample, channel
 // tile) unit held in registers (the tiers) or in shared memory (nhwc_kept_whole), 32-bit
 // indexing, not flat, no residual: the kernel variant whose CTAs form a thread-block cluster per
