@@ -111,8 +111,9 @@ int64_t resident_merge_capacity(const FusionKey& f, int threads) {
 // kernel, µs, fp16 unless noted; session 10): (2,32,128^3) 297-299 at 512, 299-300 at 256, bf16
 // 313 -> 305; (2,64,64^3) 83 streamed, 87.5 resident at 512, 75.4 resident at 256 (hence the
 // lower step count in resident_backward_pays at 256); (2,32,80,192,160) 359 streamed, 366 at 512,
-// 399 at 256 (400 chunks: it streams). NORMJIT_RESIDENT_THREADS=256|512 takes one size for both
-// directions, for measurements.
+// 399 at 256 (400 chunks: it streams). The backward of more chunks an instance than 256 now takes
+// the CTA of 512 (resident_plan, measured on the H100 in session 36). NORMJIT_RESIDENT_THREADS=256|512
+// takes one size for both directions, for measurements.
 std::vector<int> resident_thread_choices() {
   if (const int forced = resident_threads_override()) return {forced};
   return {256, 512};
@@ -338,38 +339,52 @@ struct ResidentPlan {
   int64_t chunks = 0;
 };
 
-ResidentPlan resident_plan(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+// The resident split at `threads` a CTA, or no plan (chunks 0) where an instance does not fit it.
+ResidentPlan resident_plan_at(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, int threads) {
   const int vec = vector_width(s, f.dtype, f.layout);
-  const int64_t nvec = s.spatial / vec;
-  for (int threads : resident_thread_choices()) {
-    if (!resident_possible(f, vec, dev, threads)) continue;
-    const int64_t chunks = ceil_div(nvec, int64_t(threads) * resident_items(f, dev, threads));
-    const int64_t grid = resident_grid(dev, threads, s.N * s.C * chunks);
-    if (chunks < 2 || chunks > resident_merge_capacity(f, threads) ||
-        chunks - 1 > int64_t(resident_slots() - 2) * grid)
-      continue;
-    return {threads, chunks};
-  }
-  return {};
+  if (!resident_possible(f, vec, dev, threads)) return {};
+  const int64_t chunks = ceil_div(s.spatial / vec, int64_t(threads) * resident_items(f, dev, threads));
+  const int64_t grid = resident_grid(dev, threads, s.N * s.C * chunks);
+  if (chunks < 2 || chunks > resident_merge_capacity(f, threads) || chunks - 1 > int64_t(resident_slots() - 2) * grid)
+    return {};
+  return {threads, chunks};
 }
 
 // Whether the automatic split gives a backward of `chunks` chunks an instance the resident split
-// rather than streaming twice. Measured on the H200 (fp16, one run, bench/results/2026-12-03-session4):
-//   (2,32,128^3):       171 chunks an instance (1.3 grids), 83 steps: 299 us resident, 329 streamed
-//   (2,32,80,192,160):  200 chunks (1.5 grids), 97 steps:              368 us resident, 352 streamed
-//   (2,64,64^3):        22 chunks, 22 steps:                            90 us resident,  86 streamed
-// Mechanisms: an instance of more chunks than ~1.4 grids more often spans three steps, and the
-// output of its first chunks then waits for a peer's statistics of the same step (no slack); with
-// few steps the pipeline's fill and drain (3 steps) weigh more. The thresholds lie between the
-// measured points. At two CTAs of 256 per SM a step is half as long and one CTA's merge overlaps
-// the other's loads: (2,64,64^3), 43 chunks in 21 steps, measured 75 us resident against 83
-// streamed (resident_thread_choices), so there 16 steps suffice (not measured below 21). The
-// forward, with 2.3x larger chunks, always pays (PERF_NOTES.md).
+// rather than streaming twice: where it has enough steps (rounds of chunks a CTA) that the
+// pipeline's fill and drain (3 steps) weigh little. Measured on the H200 (fp16, session 4):
+// (2,64,64^3) at 512 a CTA, 22 chunks in 22 steps, 90 us resident against 86 streamed; at two CTAs
+// of 256 per SM a step is half as long and one CTA's merge overlaps the other's loads: 43 chunks
+// in 21 steps, 75 us resident against 83 streamed, so there 16 steps suffice (not measured below
+// 21). Session 4 also limited instances to 1.4 grids (an instance spanning three steps waits for
+// a peer's statistics), from (2,32,80,192,160) at 512: 200 chunks (1.5 grids), 368 us resident
+// against 352 streamed. Early refill (early_refill_pays) came later and fills that wait: on the
+// H100 (session 36) the same plan runs 387 us against 458 streamed, so the limit is gone; the
+// plan itself bounds an instance at two grids (resident_plan_at). The forward, with 2.3x larger
+// chunks, always pays (PERF_NOTES.md).
 bool resident_backward_pays(const ShapeKey& s, const ResidentPlan& plan, const DeviceProfile& dev) {
-  const int64_t chunks = plan.chunks;
-  const int64_t units = s.N * s.C * chunks;
+  const int64_t units = s.N * s.C * plan.chunks;
   const int64_t grid = resident_grid(dev, plan.threads, units);
-  return ceil_div(units, grid) >= (plan.threads == 256 ? 16 : 48) && chunks * 10 <= grid * 14;
+  return ceil_div(units, grid) >= (plan.threads == 256 ? 16 : 48);
+}
+
+ResidentPlan resident_plan(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
+  ResidentPlan plan;
+  for (int threads : resident_thread_choices()) {
+    plan = resident_plan_at(f, s, dev, threads);
+    if (plan.chunks > 0) break;
+  }
+  // A backward instance of more chunks than the CTA of 256 has threads (two merges a thread, the
+  // chunks spread over more than a grid) takes the CTA of 512 where it fits. Measured on the H100
+  // (backward kernel, fp16, two rounds, session 36): (2,32,128^3) 374 us at 256 (342 chunks), 357
+  // at 512 (171); (2,32,80,192,160) 437 at 256 (400), 387 at 512 (200), 458 streamed; the smaller
+  // (2,64,64^3) keeps 256: 92 us (43 chunks) against 98 at 512 (22). fp32 within 1 % either way.
+  if (f.direction == Direction::backward && resident_threads_override() == 0 && plan.threads == 256 &&
+      plan.chunks > 256) {
+    const ResidentPlan wide = resident_plan_at(f, s, dev, 512);
+    if (wide.chunks > 0 && resident_backward_pays(s, wide, dev)) plan = wide;
+  }
+  return plan;
 }
 
 KernelConfig resident_config(const FusionKey& f, const DeviceProfile& dev, int threads, int vec, bool index64) {

@@ -320,21 +320,28 @@ TEST(Heuristics, BigShapeForwardIsACooperativeSplit) {
 }
 
 TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
-  // nnU-Net stage 0 on the big GPUs: two CTAs of 256 per SM in both directions, chunks of at most
-  // one shared-memory slot, the pipeline's deadlock-freedom condition (kernels/resident_split.cuh),
-  // slots within a CTA's share of the SM. The forward by default, the backward where it measured
-  // faster (resident_backward_pays: on the H200 (2,32,128^3) and (2,64,64^3), not
-  // (2,32,80,192,160)), and both with NORMJIT_SPLIT=resident. (The A100's
-  // backward slots, x and dy in 164 KB, are too small for 108 SMs to hold an instance.)
-  {
-    const DeviceProfile h200 = builtin_profile("H200");
-    auto backward_resident = [&](const Shape& s) {
+  // nnU-Net stage 0 on the big GPUs: the forward on two CTAs of 256 per SM, the backward too
+  // unless an instance needs more chunks than a CTA of 256 has threads (then one CTA of 512),
+  // chunks of at most one shared-memory slot, the pipeline's deadlock-freedom condition
+  // (kernels/resident_split.cuh), slots within a CTA's share of the SM. The forward by default,
+  // the backward where it measured faster (resident_backward_pays, resident_plan), and both with
+  // NORMJIT_SPLIT=resident. (The A100's backward slots, x and dy in 164 KB, are too small for 108
+  // SMs to hold an instance.)
+  for (const char* name : {"H200", "H100"}) {
+    const DeviceProfile dev = builtin_profile(name);
+    auto backward_threads = [&](const Shape& s) {
       const CallKeys k = backward_keys(bwd_args(s));
-      return choose_launch(k.fusion, k.shape, h200, Policy::bounded).config.resident;
+      const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+      return l.config.resident ? l.config.threads : 0;
     };
-    EXPECT_TRUE(backward_resident({2, 32, 128, 128, 128}));
-    EXPECT_FALSE(backward_resident({2, 32, 80, 192, 160}));
-    EXPECT_TRUE(backward_resident({2, 64, 64, 64, 64}));
+    SCOPED_TRACE(name);
+    EXPECT_EQ(backward_threads({2, 32, 128, 128, 128}), 512);  // 342 chunks at 256, 171 at 512
+    EXPECT_EQ(backward_threads({2, 32, 80, 192, 160}), 512);   // 400 at 256, 200 at 512
+    EXPECT_EQ(backward_threads({2, 64, 64, 64, 64}), 256);     // 43 at 256
+    // 342 chunks at 256; at 512 too few steps (32 x 171 chunks on 132 CTAs: 42), so it keeps 256.
+    EXPECT_EQ(backward_threads({1, 32, 128, 128, 128}), 256);
+    // 22 chunks at 512 in 22 steps: streams (session 4: 90 us resident, 86 streamed).
+    EXPECT_EQ(backward_threads({1, 64, 64, 64, 64}), 0);
   }
   setenv("NORMJIT_SPLIT", "resident", 1);
   struct Restore {
@@ -348,14 +355,14 @@ TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
       const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
       SCOPED_TRACE(dev.name + " " + describe(k.fusion) + ": " + l.tier + " " + describe(l.config));
       ASSERT_TRUE(l.config.resident);
-      // The backward's 342 chunks an instance exceed the grid of 264: its slots refill early.
+      // The backward's 171 chunks an instance exceed the grid of 132: its slots refill early.
       EXPECT_EQ(l.early_refill, l.chunks > l.grid);
       EXPECT_EQ(std::string(l.tier), l.early_refill ? "split, resident in shared memory (pipelined, early refill)"
                                                     : "split, resident in shared memory (pipelined)");
       EXPECT_TRUE(l.cooperative);
       EXPECT_FALSE(l.config.cached);
-      EXPECT_EQ(l.config.threads, 256);
-      EXPECT_EQ(l.config.min_blocks, 2);
+      EXPECT_EQ(l.config.threads, dir == 0 ? 256 : 512);
+      EXPECT_EQ(l.config.min_blocks, dir == 0 ? 2 : 1);
       EXPECT_EQ(l.grid, int64_t(dev.sms) * l.config.min_blocks);
       EXPECT_GE(l.config.stages, 3);
       EXPECT_LE(l.chunk_vectors, int64_t(l.config.threads) * l.config.items);
@@ -457,7 +464,12 @@ TEST(Heuristics, NcdhwStreamedSplitTakesChunksOfFewerTileSteps) {
   // The NCDHW split that streams each chunk twice takes more chunks than the L2 budget's count
   // where that cuts the tile steps a chunk walks: fp32 (2,32,128^3)'s backward ran 86 chunks of
   // 3 steps on 86 of 132 SMs, and now runs 128 of 2. More chunks of as many steps measured slower
-  // (fp16 (2,32,80,192,160): 2 x 50 chunks, 3 steps each, stays).
+  // (fp16 (2,32,80,192,160): 2 x 50 chunks, 3 steps each, stays). Forced to stream
+  // (NORMJIT_SPLIT=l2): the fp16 backward of (2,32,80,192,160) now takes the resident split.
+  setenv("NORMJIT_SPLIT", "l2", 1);
+  struct Restore {
+    ~Restore() { unsetenv("NORMJIT_SPLIT"); }
+  } restore;
   const DeviceProfile h100 = builtin_profile("H100");
   struct Row {
     Shape shape;
@@ -481,10 +493,6 @@ TEST(Heuristics, NcdhwStreamedSplitTakesChunksOfFewerTileSteps) {
   // co-resident CTAs, whole instances a round, and a round of several instances reads within
   // half the L2 (plus a tile a CTA of rounding; an instance too large for the budget even at a
   // chunk a slot takes a round alone).
-  setenv("NORMJIT_SPLIT", "l2", 1);
-  struct Restore {
-    ~Restore() { unsetenv("NORMJIT_SPLIT"); }
-  } restore;
   int checked = 0;
   for (const char* name : {"H200", "H100", "A100", "L4"}) {
     const DeviceProfile dev = builtin_profile(name);
