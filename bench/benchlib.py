@@ -20,6 +20,7 @@ import importlib
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -686,6 +687,47 @@ def unet_table(doc: dict) -> str:
 # --------------------------------------------------------------------------------------------------
 # GPU side (torch imported lazily)
 # --------------------------------------------------------------------------------------------------
+
+
+#: What gpu_clocks() asks nvidia-smi for, in this order.
+CLOCK_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clocks_throttle_reasons.active")
+
+
+def parse_clocks(csv_line: str) -> str:
+    """nvidia-smi's 'noheader,nounits' CSV of CLOCK_FIELDS -> 'sm 1980 MHz, mem 2619 MHz, 52 C,
+    310 W, throttle 0x0'; '' for anything else (an error message, a missing field)."""
+    parts = [p.strip() for p in csv_line.strip().split(",")]
+    if len(parts) != len(CLOCK_FIELDS):
+        return ""
+    try:
+        sm, mem, temp, power = (float(p) for p in parts[:4])
+        throttle = int(parts[4], 16)
+    except ValueError:
+        return ""
+    return f"sm {sm:.0f} MHz, mem {mem:.0f} MHz, {temp:.0f} C, {power:.0f} W, throttle {throttle:#x}"
+
+
+def gpu_clocks() -> str:
+    """The GPU's clocks, temperature, power and throttle reasons now (parse_clocks' text), or ''
+    where nvidia-smi is missing or fails. For telling apart timings of one build that differ
+    between device calls (the fp16 resident kernels varied 10-15 %, session 36): read it right
+    after a timing, while the clocks still are what the timed kernels ran at. The device is the
+    first of CUDA_VISIBLE_DEVICES where that is an index, else the current CUDA device."""
+    if shutil.which("nvidia-smi") is None:
+        return ""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible.isdigit():
+        index = visible
+    else:
+        import torch
+
+        index = str(torch.cuda.current_device()) if torch.cuda.is_available() else "0"
+    try:
+        out = subprocess.run(["nvidia-smi", "--id=" + index, "--query-gpu=" + ",".join(CLOCK_FIELDS),
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return parse_clocks(out.stdout) if out.returncode == 0 else ""
 
 
 def torch_dtype(name: str):

@@ -123,10 +123,24 @@ def parse_line(line):
     return (words[0], " ".join(words[1:ncfg]), times) if times else None
 
 
+def sm_clock_mhz(line):
+    """The SM clock a timing line recorded ('clocks sm 1980 MHz, ...'), or None."""
+    words = line.split()
+    for i in range(len(words) - 3):
+        if words[i] == "clocks" and words[i + 1] == "sm" and words[i + 3].startswith("MHz"):
+            try:
+                return float(words[i + 2])
+            except ValueError:
+                return None
+    return None
+
+
 def ab_table(lines):
     """Markdown: a row per (kernel config, mode), a column per tag in order of appearance, each the
-    median of that tag's runs, then each tag's ratio to the first tag's."""
-    runs, tags = {}, []
+    median of that tag's runs, then each tag's ratio to the first tag's; where the lines recorded
+    clocks, a last row with each tag's median SM clock (a tag that ran slower at a lower clock
+    measured the GPU's state, not the code)."""
+    runs, tags, clocks = {}, [], {}
     for line in lines:
         parsed = parse_line(line)
         if parsed is None:
@@ -136,6 +150,8 @@ def ab_table(lines):
             tags.append(tag)
         for mode, us in times.items():
             runs.setdefault((config, mode), {}).setdefault(tag, []).append(us)
+        if (mhz := sm_clock_mhz(line)) is not None:
+            clocks.setdefault(tag, []).append(mhz)
     if not runs:
         return ""
     rows = ["| kernel | " + " | ".join(f"{t} (µs)" for t in tags) + "".join(f" | {t} / {tags[0]}" for t in tags[1:]) + " |",
@@ -147,6 +163,9 @@ def ab_table(lines):
         base = med.get(tags[0])
         ratios = [f"{med[t] / base:.3f}" if base and t in med else "-" for t in tags[1:]]
         rows.append(f"| {config} {mode} | " + " | ".join(cells + ratios) + " |")
+    if clocks:
+        cells = [f"{bl.median(clocks[t]):.0f}" if t in clocks else "-" for t in tags]
+        rows.append("| SM clock after each timing (MHz, median) | " + " | ".join(cells + ["-"] * (len(tags) - 1)) + " |")
     return "\n".join(rows) + "\n"
 
 
@@ -240,6 +259,9 @@ def main(argv=None) -> int:
                     t, k = time_call(args.timer, lambda: bwd(dy, x, w, b, r, mean, rstd, act, slope, timed_mask))
                     line += timing("bwd", t, kernel_bytes(shape, name, "bwd", r is not None, args.activation),
                                    copy_tbps, k)
+                clocks = bl.gpu_clocks()  # right after the timings: what they ran at
+                if clocks:
+                    line += "  clocks " + clocks
                 if not args.no_check:
                     y_err, g_err, w_err, kinks = check(torch, F, x, w, b, r, dy, act, slope, (y, dx, dw, dres))
                     line += (f"  error (relative to max) y {y_err:.1e}, dx/dres {g_err:.1e} "

@@ -612,6 +612,25 @@ def test_kernel_times_ab_table():
     assert kernel_times.ab_table(["nothing here"]) == ""
 
 
+def test_kernel_times_ab_table_shows_each_tags_clock():
+    """Lines that recorded clocks add a row of each tag's median SM clock; the timings still parse."""
+    clocks = "  clocks sm {} MHz, mem 2619 MHz, 60 C, 400 W, throttle 0x0"
+    log = [
+        "base             ncdhw 2,32,128,128,128   fp16 act=none residual=0  fwd    205.0 us (2.62 TB/s, 87 % of copy, 1 kernel)"
+        + clocks.format(1980) + "  error (relative to max) y 4.0e-04, dx/dres 2.6e-04 (0 kink elements left out), dweight 1.5e-07",
+        "new              ncdhw 2,32,128,128,128   fp16 act=none residual=0  fwd    235.0 us (2.28 TB/s, 76 % of copy, 1 kernel)"
+        + clocks.format(1755),
+        "new              ncdhw 2,32,128,128,128   fp16 act=none residual=0  fwd    233.0 us" + clocks.format(1725),
+        "new              ncdhw 2,32,128,128,128   fp16 act=none residual=0  fwd    231.0 us" + clocks.format(1740),
+    ]
+    assert kernel_times.sm_clock_mhz(log[0]) == 1980.0
+    assert kernel_times.sm_clock_mhz("base  ncdhw 2,8,8,8,8 fp16 act=none residual=0  fwd 1.0 us") is None
+    table = kernel_times.ab_table(log).splitlines()
+    assert table[2] == "| ncdhw 2,32,128,128,128 fp16 act=none residual=0 fwd | 205.0 | 233.0 (3 runs) | 1.137 |", table[2]
+    assert table[3] == "| SM clock after each timing (MHz, median) | 1980 | 1740 | - |", table[3]
+    assert len(table) == 4
+
+
 _STUB_PYTHON = """\
 #!{python}
 # Stands in for python3 in compare_baseline.sh: pip installs write a marker, kernel_times.py prints

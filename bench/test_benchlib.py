@@ -98,6 +98,21 @@ def test_ideal_bytes():
     assert bl.ideal_bytes(shape, "bf16", "fwd") == bl.ideal_bytes(shape, "fp16", "fwd")
 
 
+def test_parse_clocks():
+    """nvidia-smi's CSV of the clock fields becomes one short phrase; anything else, nothing."""
+    assert bl.parse_clocks("1980, 2619, 52, 310.55, 0x0000000000000004\n") == \
+        "sm 1980 MHz, mem 2619 MHz, 52 C, 311 W, throttle 0x4"
+    assert bl.parse_clocks("[N/A], 2619, 52, 310, 0x0") == ""  # a field the driver does not report
+    assert bl.parse_clocks("No devices were found") == ""
+    assert bl.parse_clocks("") == ""
+    path = os.environ.get("PATH", "")
+    os.environ["PATH"] = tempfile.mkdtemp()  # no nvidia-smi on it
+    try:
+        assert bl.gpu_clocks() == ""
+    finally:
+        os.environ["PATH"] = path
+
+
 def test_bandwidth_and_speedup():
     # DESIGN.md: the big fp16 forward's memory roofline is ~126 µs at 4.27 TB/s.
     nbytes = bl.ideal_bytes((2, 32, 128, 128, 128), "fp16", "fwd")
