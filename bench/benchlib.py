@@ -694,17 +694,18 @@ CLOCK_FIELDS = ("clocks.sm", "clocks.mem", "temperature.gpu", "power.draw", "clo
 
 
 def parse_clocks(csv_line: str) -> str:
-    """nvidia-smi's 'noheader,nounits' CSV of CLOCK_FIELDS -> 'sm 1980 MHz, mem 2619 MHz, 52 C,
-    310 W, throttle 0x0'; '' for anything else (an error message, a missing field)."""
+    """nvidia-smi's 'noheader,nounits' CSV of CLOCK_FIELDS (or of all but the last) -> 'sm 1980
+    MHz, mem 2619 MHz, 52 C, 310 W, throttle 0x0'; '' for anything else (an error message, a field
+    the driver does not report)."""
     parts = [p.strip() for p in csv_line.strip().split(",")]
-    if len(parts) != len(CLOCK_FIELDS):
+    if len(parts) not in (len(CLOCK_FIELDS), len(CLOCK_FIELDS) - 1):
         return ""
     try:
         sm, mem, temp, power = (float(p) for p in parts[:4])
-        throttle = int(parts[4], 16)
+        throttle = f", throttle {int(parts[4], 16):#x}" if len(parts) > 4 else ""
     except ValueError:
         return ""
-    return f"sm {sm:.0f} MHz, mem {mem:.0f} MHz, {temp:.0f} C, {power:.0f} W, throttle {throttle:#x}"
+    return f"sm {sm:.0f} MHz, mem {mem:.0f} MHz, {temp:.0f} C, {power:.0f} W{throttle}"
 
 
 def gpu_clocks() -> str:
@@ -722,12 +723,15 @@ def gpu_clocks() -> str:
         import torch
 
         index = str(torch.cuda.current_device()) if torch.cuda.is_available() else "0"
-    try:
-        out = subprocess.run(["nvidia-smi", "--id=" + index, "--query-gpu=" + ",".join(CLOCK_FIELDS),
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return parse_clocks(out.stdout) if out.returncode == 0 else ""
+    for fields in (CLOCK_FIELDS, CLOCK_FIELDS[:-1]):  # drivers that renamed the throttle reasons
+        try:
+            out = subprocess.run(["nvidia-smi", "--id=" + index, "--query-gpu=" + ",".join(fields),
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return ""
+        if out.returncode == 0:
+            return parse_clocks(out.stdout)
+    return ""
 
 
 def torch_dtype(name: str):

@@ -102,6 +102,7 @@ def test_parse_clocks():
     """nvidia-smi's CSV of the clock fields becomes one short phrase; anything else, nothing."""
     assert bl.parse_clocks("1980, 2619, 52, 310.55, 0x0000000000000004\n") == \
         "sm 1980 MHz, mem 2619 MHz, 52 C, 311 W, throttle 0x4"
+    assert bl.parse_clocks("1980, 2619, 52, 310") == "sm 1980 MHz, mem 2619 MHz, 52 C, 310 W"
     assert bl.parse_clocks("[N/A], 2619, 52, 310, 0x0") == ""  # a field the driver does not report
     assert bl.parse_clocks("No devices were found") == ""
     assert bl.parse_clocks("") == ""
