@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 36's device calls, rerunnable: OUT=... bash bench/results/2026-12-07-session36/gpu_calls.sh W|M|C|K
+# Session 36's device calls, rerunnable: OUT=... bash bench/results/2026-12-07-session36/gpu_calls.sh W|M|C|S|K
 # (Session 35's A and R calls, which this session ran first, are in ../2026-12-07-session35/gpu_calls.sh.)
 # W (~480 s): the landing call for the NCDHW backward's CTA of 512 (resident_plan,
 #   resident_backward_pays). Set-up here: git archive <commit before the change> --prefix=.baseline/ | tar x
@@ -15,6 +15,10 @@
 #   temperature and throttle reasons every second all along (clocks.csv); times NCDHW forward
 #   kernels, the tree's default against NORMJIT_RESIDENT_THREADS=256 (main's forward plans), two
 #   interleaved rounds, on the cold GPU; runs the GPU suite (which heats it); times them again.
+# S (~150 s, measurement only, main's code): the resident split's slot count (NORMJIT_RESIDENT_SLOTS
+#   3-6; 4 is the default, fitted on the H200 on (2,32,128^3)): fewer, larger chunks or more,
+#   smaller ones. Does (2,64,64^3), whose fp16 forward has only 9 steps of 19 chunks (80 % of
+#   copy), gain from more steps? fp16 forward and backward, two interleaved rounds.
 # K (~120 s, measurement only, main's code): the same forward times, main's default against
 #   NORMJIT_RESIDENT_THREADS=512, on a cold GPU, with the clocks sampled.
 set -u
@@ -65,5 +69,15 @@ case "${1:-}" in
      kill $sampler
      python3 bench/kernel_times.py --table "$OUT/C/times_cold.log" | tee "$OUT/C/forward_cta_cold_table.md"
      awk -F', ' 'NR == 1 || NR % 10 == 2' "$OUT/C/clocks.csv" ;;
-  *) echo "usage: gpu_calls.sh W|M|C|K" >&2; exit 2 ;;
+  S) scripts/gpu_check.sh build > /dev/null 2>&1 || { echo "build failed"; exit 1; }
+     mkdir -p "$OUT/S"
+     for round in 1 2; do
+       for slots in 4 3 5 6; do
+         NORMJIT_RESIDENT_SLOTS=$slots timeout 60 python3 bench/kernel_times.py --timer cupti --tag "slots=$slots" \
+           --layouts ncdhw --modes fwd,bwd --dtypes fp16 --shapes 2,64,64,64,64 1,64,64,64,64 2,32,128,128,128 \
+           >> "$OUT/S/slots.log" 2>&1
+       done
+     done
+     python3 bench/kernel_times.py --table "$OUT/S/slots.log" | tee "$OUT/S/slots_table.md" ;;
+  *) echo "usage: gpu_calls.sh W|M|C|S|K" >&2; exit 2 ;;
 esac
