@@ -111,8 +111,8 @@ int64_t resident_merge_capacity(const FusionKey& f, int threads) {
 // kernel, µs, fp16 unless noted; session 10): (2,32,128^3) 297-299 at 512, 299-300 at 256, bf16
 // 313 -> 305; (2,64,64^3) 83 streamed, 87.5 resident at 512, 75.4 resident at 256 (hence the
 // lower step count in resident_backward_pays at 256); (2,32,80,192,160) 359 streamed, 366 at 512,
-// 399 at 256 (400 chunks: it streams). The backward of more chunks an instance than 256 now takes
-// the CTA of 512 (resident_plan, measured on the H100 in session 36). NORMJIT_RESIDENT_THREADS=256|512
+// 399 at 256 (400 chunks). The backward of more chunks an instance than 256 at 256 now takes the
+// CTA of 512 (resident_plan, measured on the H100 in session 36). NORMJIT_RESIDENT_THREADS=256|512
 // takes one size for both directions, for measurements.
 std::vector<int> resident_thread_choices() {
   if (const int forced = resident_threads_override()) return {forced};
@@ -431,8 +431,8 @@ int64_t ncdhw_streamed_chunks(const FusionKey& f, const ShapeKey& s, const Devic
 // bench/results/2026-12-07-session35): fp32 (2,32,128^3) took 86 chunks (86 CTAs on 132 SMs, 3
 // steps each): 1042 us, against 907 at 130 chunks of 2 steps; but more chunks of as many steps
 // lose: fp16 (2,32,80,192,160) 2 x 50 chunks of 3 steps 450 us, 2 x 65 of 3 steps 520; fp32 100
-// -> 130 chunks of 3 steps 980 -> 1062 us (why is not profiled; docs/PERF_NOTES.md's session 35
-// suspects the losers' chunk starts off 128-byte lines). One chunk (no exchange) stays one.
+// -> 130 chunks of 3 steps 980 -> 1062 us (why is not profiled; chunks rounded to whole 128-byte
+// lines did not help, session 36). One chunk (no exchange) stays one.
 int64_t ncdhw_default_streamed_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev) {
   const int64_t budget = ncdhw_streamed_chunks(f, s, dev, dev.l2_bytes / 2);
   if (budget <= 1) return budget;
