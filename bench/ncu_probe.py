@@ -17,11 +17,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="+", default=["2,32,128,128,128", "2,64,64,64,64"])
     ap.add_argument("--layouts", default="ncdhw,ndhwc")
+    ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "fp32"))
     args = ap.parse_args()
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[args.dtype]
     for shape in args.shapes:
         size = tuple(int(v) for v in shape.split(","))
         for layout in args.layouts.split(","):
-            x = torch.randn(size, device="cuda", dtype=torch.float16)
+            x = torch.randn(size, device="cuda", dtype=dtype)
             if layout == "ndhwc":
                 x = x.to(memory_format=torch.channels_last_3d)
             x.requires_grad_(True)
