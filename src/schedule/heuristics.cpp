@@ -111,9 +111,9 @@ int64_t resident_merge_capacity(const FusionKey& f, int threads) {
 // kernel, µs, fp16 unless noted; session 10): (2,32,128^3) 297-299 at 512, 299-300 at 256, bf16
 // 313 -> 305; (2,64,64^3) 83 streamed, 87.5 resident at 512, 75.4 resident at 256 (hence the
 // lower step count in resident_backward_pays at 256); (2,32,80,192,160) 359 streamed, 366 at 512,
-// 399 at 256 (400 chunks). The backward of more chunks an instance than 256 at 256 now takes the
-// CTA of 512 (resident_plan, measured on the H100 in session 36). NORMJIT_RESIDENT_THREADS=256|512
-// takes one size for both directions, for measurements.
+// 399 at 256 (400 chunks). Since sessions 36 (backward) and 37 (forward), an instance of more
+// chunks at 256 than half what that CTA merges takes the CTA of 512 (resident_plan, measured on
+// the H100). NORMJIT_RESIDENT_THREADS=256|512 takes one size for both directions, for measurements.
 std::vector<int> resident_thread_choices() {
   if (const int forced = resident_threads_override()) return {forced};
   return {256, 512};
@@ -374,15 +374,20 @@ ResidentPlan resident_plan(const FusionKey& f, const ShapeKey& s, const DevicePr
     plan = resident_plan_at(f, s, dev, threads);
     if (plan.chunks > 0) break;
   }
-  // A backward instance of more chunks than the CTA of 256 has threads (two merges a thread, the
-  // chunks spread over more than a grid) takes the CTA of 512 where it fits. Measured on the H100
-  // (backward kernel, fp16, two rounds, session 36): (2,32,128^3) 374 us at 256 (342 chunks), 357
-  // at 512 (171); (2,32,80,192,160) 437 at 256 (400), 387 at 512 (200), 458 streamed; the smaller
-  // (2,64,64^3) keeps 256: 92 us (43 chunks) against 98 at 512 (22). fp32 within 1 % either way.
-  if (f.direction == Direction::backward && resident_threads_override() == 0 && plan.threads == 256 &&
-      plan.chunks > 256) {
+  // An instance of more chunks than half what a CTA of 256 merges (the forward 128, the backward
+  // 256: two merges a thread, the chunks over more than a grid) takes the CTA of 512 where it fits
+  // (and, backward, pays). Measured on the H100 (session 36, CUPTI, two rounds), backward fp16:
+  // (2,32,128^3) 374 us at 256 (342 chunks), 357 at 512 (171); (2,32,80,192,160) 437 at 256
+  // (400), 387 at 512 (200), 458 streamed; (2,64,64^3) keeps 256: 92 us (43 chunks) against 98 at
+  // 512. Forward (session 37, same method, 256 forced by NORMJIT_RESIDENT_THREADS): fp16
+  // (2,32,128^3) 208 us at 256 (147 chunks), 196 at 512; (2,32,80,192,160) 243 (172), 249, the
+  // one loss; fp32 (2,32,112^3) 281 (196), 258; (2,64,48,160,160) 458, 444; (2,64,64^3) level
+  // (19). (The H200 measured the forward 4-7 % faster at 256 in session 10, before early refill:
+  // resident_thread_choices.)
+  const int64_t wide_above = resident_merge_capacity(f, 256) / 2;
+  if (resident_threads_override() == 0 && plan.threads == 256 && plan.chunks > wide_above) {
     const ResidentPlan wide = resident_plan_at(f, s, dev, 512);
-    if (wide.chunks > 0 && resident_backward_pays(s, wide, dev)) plan = wide;
+    if (wide.chunks > 0 && (f.direction == Direction::forward || resident_backward_pays(s, wide, dev))) plan = wide;
   }
   return plan;
 }

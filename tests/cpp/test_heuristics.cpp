@@ -320,8 +320,8 @@ TEST(Heuristics, BigShapeForwardIsACooperativeSplit) {
 }
 
 TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
-  // nnU-Net stage 0 on the big GPUs: the forward on two CTAs of 256 per SM, the backward too
-  // unless an instance needs more chunks than a CTA of 256 has threads (then one CTA of 512),
+  // nnU-Net stage 0 on the big GPUs: two CTAs of 256 per SM, or one of 512 where an instance at
+  // 256 needs more chunks than half what a CTA of 256 merges (forward 128, backward 256),
   // chunks of at most one shared-memory slot, the pipeline's deadlock-freedom condition
   // (kernels/resident_split.cuh), slots within a CTA's share of the SM. The forward by default,
   // the backward where it measured faster (resident_backward_pays, resident_plan), and both with
@@ -334,7 +334,16 @@ TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
       const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
       return l.config.resident ? l.config.threads : 0;
     };
+    auto forward_threads = [&](const Shape& s) {
+      const CallKeys k = forward_keys(fwd_args(s));
+      const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+      return l.config.resident ? l.config.threads : 0;
+    };
     SCOPED_TRACE(name);
+    EXPECT_EQ(forward_threads({2, 32, 128, 128, 128}), 512);  // 147 chunks at 256, 74 at 512
+    EXPECT_EQ(forward_threads({2, 32, 80, 192, 160}), 512);   // 172 at 256
+    EXPECT_EQ(forward_threads({2, 64, 64, 64, 64}), 256);     // 19 at 256
+    EXPECT_EQ(forward_threads({2, 48, 96, 96, 96}), 256);     // 62 at 256
     EXPECT_EQ(backward_threads({2, 32, 128, 128, 128}), 512);  // 342 chunks at 256, 171 at 512
     EXPECT_EQ(backward_threads({2, 32, 80, 192, 160}), 512);   // 400 at 256, 200 at 512
     EXPECT_EQ(backward_threads({2, 64, 64, 64, 64}), 256);     // 43 at 256
@@ -355,14 +364,15 @@ TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
       const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
       SCOPED_TRACE(dev.name + " " + describe(k.fusion) + ": " + l.tier + " " + describe(l.config));
       ASSERT_TRUE(l.config.resident);
-      // The backward's 171 chunks an instance exceed the grid of 132: its slots refill early.
+      // The backward's 171 chunks an instance exceed the grid of 132: its slots refill early (the
+      // forward's 74 do not).
       EXPECT_EQ(l.early_refill, l.chunks > l.grid);
       EXPECT_EQ(std::string(l.tier), l.early_refill ? "split, resident in shared memory (pipelined, early refill)"
                                                     : "split, resident in shared memory (pipelined)");
       EXPECT_TRUE(l.cooperative);
       EXPECT_FALSE(l.config.cached);
-      EXPECT_EQ(l.config.threads, dir == 0 ? 256 : 512);
-      EXPECT_EQ(l.config.min_blocks, dir == 0 ? 2 : 1);
+      EXPECT_EQ(l.config.threads, 512);
+      EXPECT_EQ(l.config.min_blocks, 1);
       EXPECT_EQ(l.grid, int64_t(dev.sms) * l.config.min_blocks);
       EXPECT_GE(l.config.stages, 3);
       EXPECT_LE(l.chunk_vectors, int64_t(l.config.threads) * l.config.items);
@@ -1140,13 +1150,12 @@ TEST(Heuristics, RingFitsTheDeviceSharedMemory) {
   }
   EXPECT_GT(rings, 0u);
   // The (2,32,128^3) fp16 training forward: the resident split's 4 slots of 7 vectors per thread
-  // in each of two CTAs of 256 on the H200; with NORMJIT_SPLIT=l2 it streams through a ring of 3
-  // stages.
+  // in one CTA of 512 on the H200; with NORMJIT_SPLIT=l2 it streams through a ring of 3 stages.
   ForwardArgs a = fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ncdhw, 256);
   const CallKeys k = forward_keys(a);
   const Launch r = choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded);
   EXPECT_TRUE(r.config.resident);
-  EXPECT_EQ(ring_bytes(k.fusion, r.config), 4 * 7 * 256 * 16);
+  EXPECT_EQ(ring_bytes(k.fusion, r.config), 4 * 7 * 512 * 16);
   setenv("NORMJIT_SPLIT", "l2", 1);
   const Launch l = choose_launch(k.fusion, k.shape, builtin_profile("H200"), Policy::bounded);
   unsetenv("NORMJIT_SPLIT");
