@@ -356,6 +356,9 @@ __device__ __forceinline__ void backward_rounds(const NjParams& p, float* smem, 
       stream_bwd_tile(p, ring, u, tb, lane, t);
       accumulate_tile(p, s, tb, u.v_end, lane, t, sums);
     }
+#if NJ_RING
+    ring_prefetch_next_round(p, ring, round);
+#endif
     group_sum<2>(sums, smem);
 #endif
     unsigned leave_ticket = kNoTicket;

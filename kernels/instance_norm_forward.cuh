@@ -266,6 +266,9 @@ __device__ __forceinline__ void forward_rounds(const NjParams& p, float* smem) {
       stream_tile(p, ring, u, t, lane, xr);
       thread_tile_stats(xr, t, u.v_end, lane, tn, tmean, tm2);
     }
+#if NJ_RING
+    ring_prefetch_next_round(p, ring, round);
+#endif
     float count = (float)((u.v_end - u.v_begin) * NJ_VEC), m2;
     group_merge_stats(tn, tmean, tm2, count, smem, mean, m2);
 #endif

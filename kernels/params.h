@@ -92,4 +92,6 @@ struct NjParams {
                            // units walk (c, n), n fastest (make_unit); NDHWC: N = 1, or with N > 1
                            // a cluster per channel tile, a CTA per sample (cluster_weight_grads)
   int early_refill;        // resident split: phase C refills its slot as soon as it has read it
+  int l2_prefetch_vectors; // streamed NCDHW split (sm_90): vectors of its next chunk a CTA asks L2
+                           // for before it waits at the exchange (tile_ring.cuh); 0 = none
 };

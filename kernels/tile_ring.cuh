@@ -96,6 +96,30 @@ __device__ __forceinline__ void ring_take(const NjParams& p, TileRing& r, vec_t*
   ++r.taken;
 }
 
+// Asks L2 for the first p.l2_prefetch_vectors vectors of this CTA's chunk in round `round` + 1,
+// of every streamed tensor: one bulk prefetch a tensor by thread 0 (sm_90). Called after a round's
+// statistics pass, whose DRAM reads are then done: without it DRAM idles while the CTA waits at
+// the exchange and re-reads its chunk from L2, since the ring's few tiles in flight are that
+// second pass's; with it the head of the next round's chunk streams in meanwhile, and that
+// round's statistics pass starts from L2. How much is the host's choice (l2_prefetch_percent):
+// the whole chunk measured slower than none. A hint: nothing waits for it, and the range lies
+// inside the chunk, so inside the tensors.
+__device__ __forceinline__ void ring_prefetch_next_round(const NjParams& p, const TileRing& r, idx_t round) {
+#if __CUDA_ARCH__ >= 900
+  if (p.l2_prefetch_vectors <= 0 || threadIdx.x != 0 || !round_has_units(p, round + 1)) return;
+  const Unit u = make_unit(p, round + 1);
+  const idx_t vectors = min(u.v_end - u.v_begin, (idx_t)p.l2_prefetch_vectors);
+  if (!u.active || vectors <= 0) return;
+  for (int k = 0; k < NJ_RING_TENSORS; ++k) {
+    const data_t* first = reinterpret_cast<const data_t*>(r.src[k]) + u.base + u.v_begin * NJ_VEC;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(first), "r"((unsigned)(vectors * 16))
+                 : "memory");
+  }
+#else
+  (void)p, (void)r, (void)round;
+#endif
+}
+
 // Drains the ring before the kernel's end (no cp.async may be pending at exit).
 __device__ __forceinline__ void ring_finish() { nj_cp_async_wait<0>(); }
 #else

@@ -206,6 +206,9 @@ std::string format_call(const std::vector<ExplainCall>& calls, size_t i) {
                                              (c.fusion.layout == Layout::ncdhw ? " vectors" : " rows")
                                        : "") +
                   (c.launch.cooperative ? " (cooperative)" : "") +
+                  (c.launch.l2_prefetch_vectors > 0
+                       ? " (next chunk's first " + std::to_string(c.launch.l2_prefetch_vectors) + " vectors to L2)"
+                       : "") +
                   (c.launch.cluster > 1 ? " (clusters of " + std::to_string(c.launch.cluster) + ")" : "") + "  ";
   if (c.new_kernel)
     s += "(new kernel: " + c.reason + ")";

@@ -169,6 +169,7 @@ struct Plan {
   int cluster = 1;  // CTAs per thread-block cluster
   bool reverse_output = true;
   bool early_refill = false;
+  int l2_prefetch_vectors = 0;
   int chunks = 1;
   int chunk_vectors = 0;
   int64_t counters = 0, partials = 0, scratch = 0, exchange = 0;
@@ -189,6 +190,7 @@ Plan make_plan(const Launch& l, const LoadedKernel& k, const DeviceState& dev) {
   p.cluster = l.cluster;
   p.reverse_output = output_pass_reversed();
   p.early_refill = l.early_refill;
+  p.l2_prefetch_vectors = int(std::min<int64_t>(l.l2_prefetch_vectors, 0x7fffffff));
   p.chunks = l.chunks;
   if (l.chunk_vectors > 0x7fffffff)
     throw Error("normjit: internal: " + std::to_string(l.chunk_vectors) +
@@ -228,6 +230,7 @@ void launch_plan(const Plan& plan, int device, NjParams& params, void* stream) {
   params.channel_major = plan.channel_major;
   params.reverse_output = plan.reverse_output;
   params.early_refill = plan.early_refill;
+  params.l2_prefetch_vectors = plan.l2_prefetch_vectors;
   void* args[] = {&params};
   CUresult r;
   if (plan.cooperative || plan.cluster > 1) {

@@ -67,6 +67,9 @@ int nhwc_backward_items_override();
 // Read once per process.
 int kept_split_chunk_tiles_override();
 int kept_split_row_bytes_override();
+// How much of its next round's chunk a streamed NCDHW split asks L2 for before each exchange, in
+// percent (NORMJIT_L2_PREFETCH, 0-100; 0 turns it off). Read once per process.
+int l2_prefetch_percent();
 
 struct Launch {
   KernelConfig config = zeroed<KernelConfig>();
@@ -88,6 +91,9 @@ struct Launch {
   // The resident split: phase C starts the next chunk's load right after reading its slot, not at
   // the step's end (resident_split.cuh; early_refill_pays).
   bool early_refill = false;
+  // The streamed NCDHW split (sm_90): vectors of its next round's chunk a CTA asks L2 for before
+  // it waits at the exchange (kernels/tile_ring.cuh, ring_prefetch_next_round); 0 = none.
+  int64_t l2_prefetch_vectors = 0;
   // Dynamic shared memory of the launch when less than its kernel's ring (the kept channels-last
   // split: the slots its chunks fill); 0 = the kernel's whole ring (ring_bytes).
   int64_t smem_bytes = 0;

@@ -517,6 +517,9 @@ TEST(Heuristics, NcdhwStreamedSplitTakesChunksOfFewerTileSteps) {
                        std::to_string(shape[1]) + "x" + std::to_string(shape[2]));
           EXPECT_LE(l.grid, int64_t(dev.sms) * l.config.min_blocks);
           EXPECT_EQ(l.grid % l.chunks, 0);
+          // The next round's whole chunk is asked of L2 before each exchange, where sm_90's bulk
+          // prefetch exists (tile_ring.cuh).
+          EXPECT_EQ(l.l2_prefetch_vectors, dev.arch >= 90 ? l.chunk_vectors * 25 / 100 : 0);
           const int64_t per_vec = int64_t(l.config.vec) * dtype_size(dt) * (forward ? 1 : 2);
           if (l.grid > l.chunks)
             EXPECT_LE(l.grid * l.chunk_vectors * per_vec,
