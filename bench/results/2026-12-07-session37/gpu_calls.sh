@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 37's device calls (H100), rerunnable: OUT=... bash bench/results/2026-12-07-session37/gpu_calls.sh CP|N|Q|R|PS
+# Session 37's device calls (H100), rerunnable: OUT=... bash bench/results/2026-12-07-session37/gpu_calls.sh CP|N|Q|R|PS|AT
 # On main since a75fce4 (the forward's CTA of 512) and the L2 prefetch commit, the variables below
 # give each variant: NORMJIT_RESIDENT_THREADS=256 main's earlier forward plans, NORMJIT_L2_PREFETCH=0
 # the streamed backward without the prefetch (the kernel's branch not taken).
@@ -15,6 +15,10 @@
 #   12 and 37 % on the fp32 streamed backwards, and at 25 % on the other shapes that stream by
 #   default (fp32 (1,32,128^3), (2,128,32^3); fp16 (1,64,64^3)) and on the fp16/bf16 backwards
 #   forced to stream (NORMJIT_SPLIT=l2), two interleaved rounds.
+# AT (~150 s, prepared, measurement only): where the defaults lose to autotune's candidates on the
+#   mid stages (the fp16 (2,128,32^3) NCDHW backward runs one CTA of 512 an instance, 256 CTAs on
+#   132 SMs, at ~57 % of copy): kernel times with NORMJIT_AUTOTUNE=1 against the default, and each
+#   search's candidate timings (NORMJIT_LOG=autotune, autotune.log).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 OUT=${OUT:-./session37_out}
@@ -86,5 +90,15 @@ case "${1:-}" in
        done
      done
      for f in sweep others forced; do python3 bench/kernel_times.py --table "$OUT/PS/$f.log" | tee "$OUT/PS/${f}_table.md"; done ;;
-  *) echo "usage: gpu_calls.sh CP|N|Q|R|PS" >&2; exit 2 ;;
+  AT) scripts/gpu_check.sh build > /dev/null 2>&1 || { echo "build failed"; exit 1; }
+     mkdir -p "$OUT/AT"
+     for v in default NORMJIT_AUTOTUNE=1; do
+       envs=(NORMJIT_LOG=autotune); [ $v != default ] && envs+=($v)
+       env "${envs[@]}" timeout 120 python3 bench/kernel_times.py --timer cupti --tag "$v" --layouts ncdhw,ndhwc \
+         --modes fwd,bwd --dtypes fp16,fp32 --shapes 2,64,64,64,64 1,64,64,64,64 2,128,32,32,32 2,256,16,16,16 \
+         >> "$OUT/AT/times.log" 2>> "$OUT/AT/autotune.log"
+     done
+     python3 bench/kernel_times.py --table "$OUT/AT/times.log" | tee "$OUT/AT/autotune_table.md"
+     grep -c . "$OUT/AT/autotune.log" ;;
+  *) echo "usage: gpu_calls.sh CP|N|Q|R|PS|AT" >&2; exit 2 ;;
 esac
