@@ -17,7 +17,7 @@
 #   forced to stream (NORMJIT_SPLIT=l2), two interleaved rounds.
 # AT (~150 s, prepared, measurement only): where the defaults lose to autotune's candidates on the
 #   mid stages (the fp16 (2,128,32^3) NCDHW backward runs one CTA of 512 an instance, 256 CTAs on
-#   132 SMs, at ~57 % of copy): kernel times with NORMJIT_AUTOTUNE=1 against the default, and each
+#   132 SMs; 28-29 us in session 16, ~57 % of copy): kernel times with NORMJIT_AUTOTUNE=1 against the default, and each
 #   search's candidate timings (NORMJIT_LOG=autotune, autotune.log).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
