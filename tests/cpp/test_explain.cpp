@@ -363,6 +363,15 @@ TEST(Cli, MeasurementSwitchesKeepTheirDefaults) {
   const std::string ncdhw = "2x320x8x8x8";
   EXPECT_NE(plan("NORMJIT_TIER_ITEMS=2 ", ncdhw), plan("", ncdhw));
   EXPECT_EQ(plan("NORMJIT_TIER_ITEMS=2x ", ncdhw), plan("", ncdhw));
+  // The streamed split's L2 prefetch: a quarter of the next chunk (4096 vectors for the fp32
+  // (2,32,128^3) backward on the H100), a percentage when set, none at 0.
+  const std::string streamed = "--dtype f32 --layout ncdhw --direction bwd 2x32x128x128x128";
+  const std::string quarter = "(next chunk's first 1024 vectors to L2)";
+  EXPECT_NE(plan("", streamed).find(quarter), std::string::npos) << plan("", streamed);
+  EXPECT_NE(plan("NORMJIT_L2_PREFETCH=50 ", streamed).find("first 2048 vectors"), std::string::npos);
+  EXPECT_EQ(plan("NORMJIT_L2_PREFETCH=0 ", streamed).find("vectors to L2"), std::string::npos);
+  EXPECT_NE(plan("NORMJIT_L2_PREFETCH=101 ", streamed).find(quarter), std::string::npos);
+  EXPECT_NE(plan("NORMJIT_L2_PREFETCH=half ", streamed).find(quarter), std::string::npos);
 }
 
 TEST(Cli, WarmupStatsAndDemo) {
