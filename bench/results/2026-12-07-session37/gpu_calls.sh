@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 37's device calls (H100), rerunnable: OUT=... bash bench/results/2026-12-07-session37/gpu_calls.sh CP|N|Q|R|PS|AT
+# Session 37's device calls (H100), rerunnable: OUT=... bash bench/results/2026-12-07-session37/gpu_calls.sh CP|N|Q|R|PS|H2|AT
 # On main since a75fce4 (the forward's CTA of 512) and the L2 prefetch commit, the variables below
 # give each variant: NORMJIT_RESIDENT_THREADS=256 main's earlier forward plans, NORMJIT_L2_PREFETCH=0
 # the streamed backward without the prefetch (the kernel's branch not taken).
@@ -15,6 +15,10 @@
 #   12 and 37 % on the fp32 streamed backwards, and at 25 % on the other shapes that stream by
 #   default (fp32 (1,32,128^3), (2,128,32^3); fp16 (1,64,64^3)) and on the fp16/bf16 backwards
 #   forced to stream (NORMJIT_SPLIT=l2), two interleaved rounds.
+# H2 (~200 s, prepared, measurement only; meant for an H200, where session 10 measured the
+#   resident forward 4-7 % faster at 256): sessions 36-37's plans on this GPU. Forward and backward
+#   kernel times, default against NORMJIT_RESIDENT_THREADS=256, on the shapes whose plans moved
+#   (fp16/fp32), and the fp32 streamed backwards at NORMJIT_L2_PREFETCH=0 and 25; two rounds.
 # AT (~150 s, prepared, measurement only): where the defaults lose to autotune's candidates on the
 #   mid stages (the fp16 (2,128,32^3) NCDHW backward runs one CTA of 512 an instance, 256 CTAs on
 #   132 SMs; 28-29 us in session 16, ~57 % of copy): kernel times with NORMJIT_AUTOTUNE=1 against the default, and each
@@ -90,6 +94,19 @@ case "${1:-}" in
        done
      done
      for f in sweep others forced; do python3 bench/kernel_times.py --table "$OUT/PS/$f.log" | tee "$OUT/PS/${f}_table.md"; done ;;
+  H2) scripts/gpu_check.sh build > /dev/null 2>&1 || { echo "build failed"; exit 1; }
+     mkdir -p "$OUT/H2"; nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv | tee "$OUT/H2/gpu.csv"
+     for round in 1 2; do
+       for v in default NORMJIT_RESIDENT_THREADS=256; do
+         envs=(); [ $v != default ] && envs=($v)
+         env "${envs[@]}" timeout 60 python3 bench/kernel_times.py --timer cupti --tag "$v" --layouts ncdhw \
+           --modes fwd,bwd --dtypes fp16,fp32 --shapes 2,32,128,128,128 2,32,80,192,160 2,64,64,64,64 \
+           2,32,112,112,112 2,64,48,160,160 >> "$OUT/H2/cta.log" 2>&1
+       done
+       backward_times "$OUT/H2/prefetch.log" 0 25
+     done
+     python3 bench/kernel_times.py --table "$OUT/H2/cta.log" | tee "$OUT/H2/cta_table.md"
+     python3 bench/kernel_times.py --table "$OUT/H2/prefetch.log" | tee "$OUT/H2/prefetch_table.md" ;;
   AT) scripts/gpu_check.sh build > /dev/null 2>&1 || { echo "build failed"; exit 1; }
      mkdir -p "$OUT/AT"
      for v in default NORMJIT_AUTOTUNE=1; do
@@ -100,5 +117,5 @@ case "${1:-}" in
      done
      python3 bench/kernel_times.py --table "$OUT/AT/times.log" | tee "$OUT/AT/autotune_table.md"
      grep -c . "$OUT/AT/autotune.log" ;;
-  *) echo "usage: gpu_calls.sh CP|N|Q|R|PS|AT" >&2; exit 2 ;;
+  *) echo "usage: gpu_calls.sh CP|N|Q|R|PS|H2|AT" >&2; exit 2 ;;
 esac
