@@ -31,8 +31,7 @@ case "${1:-}" in
   M) mkdir -p "$OUT"; OUT=$OUT/main timeout 560 scripts/gpu_check.sh build bench_kernel bench_act bench_host bench_unet \
        > "$OUT/main.log" 2>&1; tail -c 9000 "$OUT/main.log" ;;
   C) mkdir -p "$OUT/C"
-     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
-       --format=csv -lms 1000 > "$OUT/C/clocks.csv" 2>&1 &
+     bench/sample_clocks.sh "$OUT/C/clocks.csv" &
      sampler=$!
      times() {  # $1: cold|hot
        for round in 1 2; do
@@ -54,8 +53,7 @@ case "${1:-}" in
      python3 bench/kernel_times.py --table "$OUT/C/times_cold.log" "$OUT/C/times_hot.log" | tee "$OUT/C/forward_cta_table.md"
      awk -F', ' 'NR == 1 || NR % 15 == 2' "$OUT/C/clocks.csv" ;;
   K) mkdir -p "$OUT/C"
-     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
-       --format=csv -lms 1000 > "$OUT/C/clocks.csv" 2>&1 &
+     bench/sample_clocks.sh "$OUT/C/clocks.csv" &
      sampler=$!
      scripts/gpu_check.sh build > /dev/null 2>&1 || { echo "build failed"; kill $sampler; exit 1; }
      for round in 1 2; do

@@ -47,8 +47,7 @@ ncu_backward() {  # $1: percentage, $2: output
 }
 case "${1:-}" in
   CP) mkdir -p "$OUT/CP"
-     nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
-       --format=csv -lms 1000 > "$OUT/CP/clocks.csv" 2>&1 &
+     bench/sample_clocks.sh "$OUT/CP/clocks.csv" &
      sampler=$!
      scripts/gpu_check.sh build > /dev/null 2>&1 || { echo "build failed"; kill $sampler; exit 1; }
      echo "A/B start $(date +%T)"
