@@ -890,3 +890,30 @@ def test_deep_sass_summary_counts_from_a_listing():
 
 if __name__ == "__main__":
     sys.exit(bl.run_test_functions(globals()))
+
+
+def test_env_ab_interleaves_variants_and_tabulates():
+    """env_ab.sh: every variant once a round with its variables set (commas join several), the
+    rounds interleaved in one log, then kernel_times' table of each tag's median; a failed run is
+    noted in the log and the rest go on."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stub = _write(os.path.join(tmp, "python"), _STUB_PYTHON.format(python=sys.executable))
+        os.chmod(stub, 0o755)
+        log = os.path.join(tmp, "ab.log")
+        env = dict(os.environ, PYTHON=stub, STUB_TIMES=json.dumps({"this": 90.0}), STUB_LOG=os.path.join(tmp, "stub"))
+        env.pop("PYTHONPATH", None)
+        env.pop("NORMJIT_RESIDENT_THREADS", None)
+        proc = subprocess.run([os.path.join(HERE, "env_ab.sh"), log, "2",
+                               "default NORMJIT_RESIDENT_THREADS=128,NORMJIT_X=1", "--shapes", "2,8,8,8,8"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        tags = [line.split()[0] for line in open(log).read().splitlines()]
+        assert tags == ["default", "NORMJIT_RESIDENT_THREADS=128,NORMJIT_X=1"] * 2, tags
+        table = proc.stdout.splitlines()
+        assert table[0] == "| kernel | default (µs) | NORMJIT_RESIDENT_THREADS=128,NORMJIT_X=1 (µs) | NORMJIT_RESIDENT_THREADS=128,NORMJIT_X=1 / default |", table[0]
+        assert table[2] == "| ncdhw 2,8,8,8,8 fp16 act=none residual=0 fwd | 90.0 (2 runs) | 80.0 (2 runs) | 0.889 |", table[2]
+
+        # A run that fails is recorded and the next one still runs.
+        proc = subprocess.run([os.path.join(HERE, "env_ab.sh"), log, "1", "default", "--shapes", "2,8,8,8,8"],
+                              env=dict(env, STUB_TIMES="not json"), capture_output=True, text=True, timeout=120)
+        assert "env_ab: default, round 1: kernel_times exited 1" in open(log).read(), open(log).read()
