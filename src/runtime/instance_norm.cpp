@@ -190,12 +190,12 @@ Plan make_plan(const Launch& l, const LoadedKernel& k, const DeviceState& dev) {
   p.cluster = l.cluster;
   p.reverse_output = output_pass_reversed();
   p.early_refill = l.early_refill;
-  p.l2_prefetch_vectors = int(std::min<int64_t>(l.l2_prefetch_vectors, 0x7fffffff));
   p.chunks = l.chunks;
   if (l.chunk_vectors > 0x7fffffff)
     throw Error("normjit: internal: " + std::to_string(l.chunk_vectors) +
                 " vectors per chunk overflow the kernel's int");
   p.chunk_vectors = int(l.chunk_vectors);
+  p.l2_prefetch_vectors = int(l.l2_prefetch_vectors);  // a part of one chunk (ncdhw_split)
   p.counters = l.counters, p.partials = l.partials, p.scratch = l.scratch, p.exchange = l.exchange;
   if (l.grid <= 0 || l.grid > 0x7fffffff) throw Error("normjit: internal: grid of " + std::to_string(l.grid) + " CTAs");
   p.grid = unsigned(l.grid);

@@ -959,6 +959,7 @@ bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const De
   if (l.config.threads == 0 || l.grid < 1 || l.grid > 0x7fffffff || l.chunks < 1 || cv < 1 || cv > 0x7fffffff)
     return false;
   if (int64_t(l.chunks) * cv < extent || int64_t(l.chunks - 1) * cv >= extent) return false;
+  if (l.l2_prefetch_vectors < 0 || l.l2_prefetch_vectors > cv) return false;  // a part of one chunk
   const bool ncdhw_resident = l.config.resident && f.layout == Layout::ncdhw;
   if (l.cooperative && (l.grid > int64_t(dev.sms) * l.config.min_blocks || (!ncdhw_resident && l.grid % l.chunks != 0)))
     return false;

@@ -115,7 +115,8 @@ Launch choose_launch(const FusionKey& f, const ShapeKey& s, const DeviceProfile&
 // Whether `l` can be launched as built for this call on `dev`: the kernel's preconditions (grid and
 // chunk sizes fit the launch and the kernel's int parameters, the chunks cover the instance and
 // none is empty, a cooperative grid fits the co-resident CTAs its config guarantees, the chunks of
-// an instance share a round, the resident split's deadlock-freedom condition and merge capacity).
+// an instance share a round, the resident split's deadlock-freedom condition and merge capacity,
+// an L2 prefetch within one chunk).
 // choose_launch always returns such a launch (tests/cpp/test_heuristics.cpp checks it on random
 // calls); autotune drops candidates that are not.
 bool launchable(const FusionKey& f, const ShapeKey& s, const Launch& l, const DeviceProfile& dev);
