@@ -217,6 +217,12 @@ int kept_split_row_bytes_override() {
   return bytes;
 }
 
+bool resident_balance_enabled() {
+  // Read once per process, for measurements (resident_step_balanced_chunks).
+  static const bool on = env_int_in("NORMJIT_RESIDENT_BALANCE", 0, 1, 1) == 1;
+  return on;
+}
+
 int l2_prefetch_percent() {
   // A quarter of the next round's chunk. The streamed fp32 backward read exactly its ideal bytes
   // from DRAM (x and dy once: the second pass hit L2) but at 64 % of DRAM's peak (Nsight Compute,
@@ -414,13 +420,52 @@ KernelConfig resident_config(const FusionKey& f, const DeviceProfile& dev, int t
                      /*cached=*/false, index64, resident_slots(), /*resident=*/true);
 }
 
+// The resident forward's chunks an instance: from the plan's (the fewest that fit a slot) up to
+// the most that take no more steps (units over the grid, rounded up), so that every step moves as
+// little as it can. Chunk s of CTA b is unit s * grid + b (resident_split.cuh), so the grid walks
+// the units in steps, and a last step partly full costs nearly a whole one. Measured on the H100
+// (forward kernel, CUPTI, two interleaved rounds, session 38, against NORMJIT_RESIDENT_BALANCE=0),
+// µs: fp16 (2,8,64^3) 16 x 19 chunks in 1.15 steps of 264 CTAs -> 16 x 33 in 2: 14.1 -> 12.6;
+// fp32 (1,8,64^3) 8 x 37 -> 8 x 66: 13.5 -> 11.9; fp16 (1,2,64,256,256) 2 x 147 -> 2 x 198 at 512:
+// 22.1 -> 20.6; (2,8,80,192,160) 86 -> 90 at 512: 67.7 -> 65.2; (2,48,96^3) 62 -> 63: 131.5 ->
+// 127.6, fp32 124 -> 126: 256.4 -> 250.1; level (within 0.6 %): fp16 (2,64,64^3) and (1,64,64^3)
+// 19 -> 20, (1,8,64^3) 19 -> 33 (one step either way), fp32 (2,8,64^3), (1,2,64,256,256).
+// Not the backward: its instances of more chunks than the grid lost, fp16 (1,32,128^3) 342 -> 346
+// chunks 174 -> 183 us, (2,8,80,192,160) 400 -> 412 120 -> 134 (their phase C waits on peers a
+// grid behind), though (2,48,96^3), 144 -> 145 within one grid, gained 201 -> 191.
+// Within what a CTA merges and the deadlock-freedom condition (resident_plan_at); where ties,
+// the most chunks. NORMJIT_RESIDENT_BALANCE=0 keeps the plan's, for measurements.
+int64_t resident_step_balanced_chunks(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev,
+                                      const ResidentPlan& plan) {
+  if (!resident_balance_enabled() || f.direction != Direction::forward) return plan.chunks;
+  const int64_t nvec = s.spatial / vector_width(s, f.dtype, f.layout);
+  const int64_t instances = s.N * s.C;
+  // The chunks `wanted` gives once balanced (ceil(nvec / chunk_vectors)), and their steps.
+  auto actual = [&](int64_t wanted) { return ceil_div(nvec, ceil_div(nvec, wanted)); };
+  auto steps = [&](int64_t chunks) {
+    return ceil_div(instances * chunks, resident_grid(dev, plan.threads, instances * chunks));
+  };
+  const int64_t fewest_steps = steps(actual(plan.chunks));
+  int64_t best = actual(plan.chunks);
+  const int64_t most = std::min(resident_merge_capacity(f, plan.threads), nvec);
+  for (int64_t wanted = best + 1; wanted <= most; ++wanted) {
+    const int64_t chunks = actual(wanted);
+    const int64_t grid = resident_grid(dev, plan.threads, instances * chunks);
+    if (steps(chunks) > fewest_steps || chunks - 1 > int64_t(resident_slots() - 2) * grid) break;
+    best = chunks;
+  }
+  return best;
+}
+
 Launch ncdhw_resident(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const ResidentPlan& plan) {
   Launch l;
   const int vec = vector_width(s, f.dtype, f.layout);
   const int64_t nvec = s.spatial / vec;
   const int64_t instances = s.N * s.C;
   l.config = resident_config(f, dev, plan.threads, vec, needs_index64(s));
-  l.chunk_vectors = ceil_div(nvec, plan.chunks);  // balanced chunks, each at most one slot
+  // Balanced chunks, each at most one slot; the forward's as many as take no more steps than the
+  // fewest do.
+  l.chunk_vectors = ceil_div(nvec, resident_step_balanced_chunks(f, s, dev, plan));
   l.chunks = int(ceil_div(nvec, l.chunk_vectors));
   l.cooperative = true;
   l.grid = resident_grid(dev, plan.threads, instances * l.chunks);

@@ -67,6 +67,10 @@ int nhwc_backward_items_override();
 // Read once per process.
 int kept_split_chunk_tiles_override();
 int kept_split_row_bytes_override();
+// Whether the resident forward takes as many chunks as fit its fewest steps
+// (NORMJIT_RESIDENT_BALANCE, default 1; 0 keeps the fewest chunks that fit a slot, for
+// measurements). Read once per process.
+bool resident_balance_enabled();
 // How much of its next round's chunk a streamed NCDHW split asks L2 for before each exchange, in
 // percent (NORMJIT_L2_PREFETCH, 0-100; 0 turns it off). Read once per process.
 int l2_prefetch_percent();

@@ -34,6 +34,8 @@ int vec_of(const Shape& s, DType dtype, Layout layout, int align = 256) {
   return vector_width(k.shape, dtype, layout);
 }
 
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 bool contains(const std::vector<KernelConfig>& v, const KernelConfig& c) {
   return std::any_of(v.begin(), v.end(), [&](const KernelConfig& x) { return bytes_equal(x, c); });
 }
@@ -387,15 +389,81 @@ TEST(Heuristics, BigShapeForwardIsTheResidentSplit) {
     }
   }
   // An instance of more chunks than a CTA of 256 merges (293 of 1792 vectors) takes the CTA of 512
-  // (147 chunks of 3584).
+  // (147 chunks of 3567 at least; 198 of 2648 fill the same 3 steps of 132 CTAs).
   const Launch big = launch_for(forward_keys(fwd_args({1, 2, 64, 256, 256})));
-  EXPECT_TRUE(big.config.resident && big.config.threads == 512 && big.chunks == 147) << big.tier;
+  EXPECT_TRUE(big.config.resident && big.config.threads == 512 && big.chunks == 198) << big.tier;
   // Past the deadlock-freedom bound (one instance of 2^26 elements) it streams.
   const CallKeys huge = forward_keys(fwd_args({1, 1, 1 << 26}));
   EXPECT_FALSE(launch_for(huge).config.resident) << launch_for(huge).tier;
   // Nor without 16-byte vectors (cp.async moves 16 bytes), nor channels-last, nor eval.
   EXPECT_FALSE(launch_for(forward_keys(fwd_args({2, 32, 127, 127, 127}))).config.resident);
   EXPECT_FALSE(launch_for(forward_keys(fwd_args({2, 32, 128, 128, 128}, DType::f16, Layout::ndhwc))).config.resident);
+}
+
+TEST(Heuristics, ResidentChunksFillTheirSteps) {
+  // The resident split walks its units in steps of a grid (chunk s of CTA b is unit s * grid + b),
+  // so the forward takes as many chunks as fit the fewest chunks' steps: each step then moves as
+  // little as it can (resident_step_balanced_chunks). The backward keeps the fewest (measured
+  // slower balanced where an instance spans more than a grid). H100, fp16 forward (two CTAs of 256
+  // a SM, 264 CTAs):
+  auto resident = [](const Shape& s, DType dtype = DType::f16, bool backward = false) {
+    const CallKeys k = backward ? backward_keys(bwd_args(s, dtype)) : forward_keys(fwd_args(s, dtype));
+    const Launch l = launch_for(k, "H100");
+    EXPECT_TRUE(l.config.resident) << l.tier;
+    return l;
+  };
+  // 128 instances: 19 chunks of 1725 vectors (9.2 steps, the tenth 21 % full) become 20 of 1639
+  // (9.7 steps); 21 would take 11.
+  const Launch mid = resident({2, 64, 64, 64, 64});
+  EXPECT_EQ(mid.chunks, 20);
+  EXPECT_EQ(mid.chunk_vectors, 1639);
+  EXPECT_EQ(mid.grid, 264);
+  // 8 instances of 19 chunks fill 152 of the 264 CTAs; 33 chunks fill them all, in one step.
+  const Launch few = resident({1, 8, 64, 64, 64});
+  EXPECT_EQ(few.chunks, 33);
+  EXPECT_EQ(few.grid, 264);
+  // 16 instances of 19 chunks: 1.15 steps, so two steps of 33 chunks.
+  EXPECT_EQ(resident({2, 8, 64, 64, 64}).chunks, 33);
+  // A CTA of 512 (74 chunks at 512, 132 CTAs, 64 instances in 35.9 steps): unchanged.
+  EXPECT_EQ(resident({2, 32, 128, 128, 128}).chunks, 74);
+  // The backward: the fewest chunks that fit a slot (342 of 767 vectors, 1.3 grids an instance).
+  EXPECT_EQ(resident({1, 32, 128, 128, 128}, DType::f16, true).chunks, 342);
+  // Every plan over a sweep of shapes: within the kernel's limits (launchable); the forward's in
+  // no more steps than the fewest chunks' (the chunks that fit one slot), and one more chunk would
+  // take more; the backward's the fewest.
+  const DeviceProfile dev = builtin_profile("H100");
+  int moved = 0;
+  for (DType dtype : {DType::f16, DType::f32})
+    for (bool backward : {false, true})
+      for (int64_t n : {1, 2})
+        for (int64_t c : {1, 2, 8, 16, 30, 64})
+          for (int64_t d : {48, 64, 80, 96, 112, 128}) {
+            const Shape s{n, c, d, d, d};
+            const CallKeys k = backward ? backward_keys(bwd_args(s, dtype)) : forward_keys(fwd_args(s, dtype));
+            const Launch l = choose_launch(k.fusion, k.shape, dev, Policy::bounded);
+            if (!l.config.resident) continue;
+            SCOPED_TRACE(describe(k.fusion) + " " + std::to_string(n) + "x" + std::to_string(c) + "x" +
+                         std::to_string(d) + "^3: " + std::to_string(l.chunks) + " chunks");
+            EXPECT_TRUE(launchable(k.fusion, k.shape, l, dev));
+            const int64_t nvec = k.shape.spatial / l.config.vec;
+            const int64_t slot = int64_t(l.config.threads) * l.config.items;
+            const int64_t fewest = ceil_div(nvec, ceil_div(nvec, ceil_div(nvec, slot)));
+            auto steps = [&](int64_t chunks) {
+              const int64_t units = n * c * chunks;
+              return ceil_div(units, std::min<int64_t>(units, int64_t(dev.sms) * l.config.min_blocks));
+            };
+            if (backward) {
+              EXPECT_EQ(l.chunks, fewest);
+              continue;
+            }
+            EXPECT_GE(l.chunks, fewest);
+            EXPECT_EQ(steps(l.chunks), steps(fewest));
+            const int64_t more = ceil_div(nvec, ceil_div(nvec, l.chunks + 1));
+            EXPECT_TRUE(more == l.chunks || steps(more) > steps(fewest) || more > l.config.threads ||
+                        more - 1 > int64_t(l.config.stages - 2) * l.grid);
+            moved += l.chunks != fewest;
+          }
+  EXPECT_GT(moved, 10);
 }
 
 // NORMJIT_RESIDENT_SLOTS is read once per process, so each setting runs in a fresh one (the
@@ -415,6 +483,18 @@ TEST(HeuristicsDeathTest, ResidentSlotsSetThePipelineDepth) {
   EXPECT_EXIT(depth_is("6", 6, 4), testing::ExitedWithCode(0), "");
   EXPECT_EXIT(depth_is("9", 4, 7), testing::ExitedWithCode(0), "") << "out of range: the default";
   EXPECT_EXIT(depth_is("two", 4, 7), testing::ExitedWithCode(0), "") << "not a number: the default";
+}
+
+// NORMJIT_RESIDENT_BALANCE=0 keeps the fewest chunks that fit a slot (read once per process).
+TEST(HeuristicsDeathTest, ResidentBalanceCanBeTurnedOff) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto chunks_are = [](const char* value, int chunks) {
+    setenv("NORMJIT_RESIDENT_BALANCE", value, 1);
+    std::exit(launch_for(forward_keys(fwd_args({2, 64, 64, 64, 64})), "H100").chunks == chunks ? 0 : 1);
+  };
+  EXPECT_EXIT(chunks_are("0", 19), testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(chunks_are("1", 20), testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(chunks_are("off", 20), testing::ExitedWithCode(0), "") << "not 0 or 1: the default";
 }
 
 TEST(Heuristics, BigShapeStreamsThroughL2) {
