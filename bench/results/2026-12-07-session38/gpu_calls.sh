@@ -13,6 +13,10 @@
 #   on the fp32 backwards that stream by default (two rounds); at 0 against 25 % on the smaller
 #   ones and on the fp16/bf16 backwards forced to stream (NORMJIT_SPLIT=l2), one round.
 # B2 (~250 s): the GPU suite (build, ctest, pytest) on the tree sent.
+# BW (~120 s, prepared; apply backward_within_grid.patch here first, then B2 for its suite): the
+#   backward's balanced chunks where an instance stays within one grid, against
+#   NORMJIT_RESIDENT_BALANCE=0, two rounds, fp16/bf16, on shapes whose backward chunks then move
+#   (normjit explain --device H100 --direction bwd), and (1,32,128^3) as a control (unchanged).
 # AT (~150 s, measurement only): autotune's choice (NORMJIT_AUTOTUNE=1) against the defaults on the
 #   mid stages, both layouts, with each search's candidate timings (NORMJIT_LOG=autotune).
 set -u
@@ -46,6 +50,11 @@ case "${1:-}" in
        --modes bwd --dtypes fp16,fp32 --shapes 1,32,128,128,128 2,128,32,32,32 1,64,64,64,64 > /dev/null
      bench/env_ab.sh "$OUT/PS/prefetch.log" 1 "NORMJIT_SPLIT=l2 NORMJIT_SPLIT=l2,NORMJIT_L2_PREFETCH=0" "${CUPTI[@]}" \
        --modes bwd --dtypes fp16,bf16 --shapes 2,32,128,128,128 2,32,80,192,160 | tee "$OUT/PS/prefetch_table.md" ;;
+  BW) scripts/gpu_check.sh build > /dev/null 2>&1 || { echo "build failed"; exit 1; }
+     mkdir -p "$OUT/BW"
+     bench/env_ab.sh "$OUT/BW/backward_balance.log" 2 "default NORMJIT_RESIDENT_BALANCE=0" "${CUPTI[@]}" \
+       --modes bwd --dtypes fp16,bf16 --shapes 2,48,96,96,96 2,32,112,112,112 2,32,80,80,80 1,48,80,80,80 \
+       2,16,96,96,96 1,32,128,128,128 | tee "$OUT/BW/backward_balance_table.md" ;;
   B2) mkdir -p "$OUT/B2"
      OUT=$OUT/B2 timeout 330 scripts/gpu_check.sh build tests > /dev/null 2>&1
      cat "$OUT/B2/summary.tsv"; grep -E "passed|failed|FAILED" "$OUT/B2/tests.log" | tail -4 ;;
@@ -55,5 +64,5 @@ case "${1:-}" in
        "default NORMJIT_AUTOTUNE=1" --timer cupti --layouts ncdhw,ndhwc --modes fwd,bwd --dtypes fp16,fp32 \
        --shapes 2,64,64,64,64 1,64,64,64,64 2,128,32,32,32 2,256,16,16,16 | tee "$OUT/AT/autotune_table.md"
      ;;
-  *) echo "usage: gpu_calls.sh A|S|PS|B2|AT" >&2; exit 2 ;;
+  *) echo "usage: gpu_calls.sh A|S|PS|B2|BW|AT" >&2; exit 2 ;;
 esac
