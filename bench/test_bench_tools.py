@@ -917,3 +917,40 @@ def test_env_ab_interleaves_variants_and_tabulates():
         proc = subprocess.run([os.path.join(HERE, "env_ab.sh"), log, "1", "default", "--shapes", "2,8,8,8,8"],
                               env=dict(env, STUB_TIMES="not json"), capture_output=True, text=True, timeout=120)
         assert "env_ab: default, round 1: kernel_times exited 1" in open(log).read(), open(log).read()
+
+
+def test_gpu_check_ctest_selects_the_gpu_label():
+    """gpu_check.sh's ctest step: every test by default, `-L gpu` with GPU_CHECK_CTEST=gpu (the
+    label tests/cpp/CMakeLists.txt gives the tests that run kernels), and a clear error for any
+    other value. Run on a copy of the script in a scratch tree, with a stub ctest on PATH."""
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "scripts"))
+        os.makedirs(os.path.join(tmp, "build-gpu"))
+        _write(os.path.join(tmp, "build-gpu", "CTestTestfile.cmake"), "")
+        script = os.path.join(tmp, "scripts", "gpu_check.sh")
+        with open(os.path.join(HERE, "..", "scripts", "gpu_check.sh")) as f:
+            _write(script, f.read())
+        bin_dir = os.path.join(tmp, "bin")
+        os.makedirs(bin_dir)
+        stub = _write(os.path.join(bin_dir, "ctest"),
+                      '#!/usr/bin/env bash\necho "ctest args: $*" >> "$STUB_LOG"\necho "100% tests passed out of 3"\n')
+        os.chmod(stub, 0o755)
+        log = os.path.join(tmp, "stub.log")
+        env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"], STUB_LOG=log,
+                   OUT=os.path.join(tmp, "out"), GPU_CHECK_TMP=os.path.join(tmp, "scratch"))
+        for setting, expected in ((None, "-j8"), ("all", "-j8"), ("gpu", "-j8 -L gpu")):
+            run_env = dict(env)
+            run_env.pop("GPU_CHECK_CTEST", None)
+            if setting:
+                run_env["GPU_CHECK_CTEST"] = setting
+            proc = subprocess.run(["bash", script, "ctest"], env=run_env, capture_output=True, text=True, timeout=60)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            last = open(log).read().splitlines()[-1]
+            assert last == f"ctest args: --test-dir build-gpu --output-on-failure {expected}", (setting, last)
+            summary = open(os.path.join(tmp, "out", "summary.tsv")).read()
+            assert "ctest\tok" in summary and "100% tests passed out of 3" in summary, summary
+
+        proc = subprocess.run(["bash", script, "ctest"], env=dict(env, GPU_CHECK_CTEST="fast"),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert "GPU_CHECK_CTEST must be all or gpu, not 'fast'" in proc.stderr, proc.stderr

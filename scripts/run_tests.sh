@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (README): builds normjit and runs every test this machine can run.
-#   C++: GoogleTest through CTest (GPU tests skip, saying so, where no GPU exists).
+#   C++: GoogleTest through CTest (GPU tests skip, saying so, where no GPU exists; they carry the
+#   label gpu, the others cpu: `ctest -L gpu` runs the first alone).
 #   Python: pytest over tests/python (skipped, saying so, where torch is not installed), and the
 #   benchmarks' CPU-only tests in bench/ (tables, arguments, report, child-process plumbing).
 # BUILD_DIR (default build) and JOBS (default: all cores) may be set.
