@@ -888,10 +888,6 @@ def test_deep_sass_summary_counts_from_a_listing():
         "integer divide steps (I2F.RP) 1")
 
 
-if __name__ == "__main__":
-    sys.exit(bl.run_test_functions(globals()))
-
-
 def test_env_ab_interleaves_variants_and_tabulates():
     """env_ab.sh: every variant once a round with its variables set (commas join several), the
     rounds interleaved in one log, then kernel_times' table of each tag's median; a failed run is
@@ -954,3 +950,7 @@ def test_gpu_check_ctest_selects_the_gpu_label():
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "GPU_CHECK_CTEST must be all or gpu, not 'fast'" in proc.stderr, proc.stderr
+
+
+if __name__ == "__main__":
+    sys.exit(bl.run_test_functions(globals()))
