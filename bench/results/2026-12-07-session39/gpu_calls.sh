@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 39's device calls, rerunnable: OUT=... bash bench/results/2026-12-07-session39/gpu_calls.sh MS|MK|BWB|X|MID
+# Session 39's device calls, rerunnable: OUT=... bash bench/results/2026-12-07-session39/gpu_calls.sh MS|MT|MK|BWB|X|MID
 # None ran: eleven starts failed (H100 and H200 alternately) and four calls were refused, then
 # loans were paused. The times below are estimates from sessions 36-38's steps, without the start.
 # MS (~480 s): the GPU suite (build, ctest, pytest) on the tree sent, then README's results table
@@ -9,6 +9,7 @@
 #   against NORMJIT_RESIDENT_BALANCE=0, two interleaved rounds by CUPTI), then the GPU suite on
 #   that tree. The patch moves no shape of README's table (normjit explain --direction bwd, H100
 #   and H200), so MS's table holds either way.
+# MT (~420 s): MS without the U-Net step.
 # MK (~250 s; MS's fallback where less device time was left): ctest and README's table only.
 # X (~120 s): README's activation and host-overhead tables (bench_act, bench_host).
 # MID (~100 s, measurement only): the 32^3 stage's fp16/bf16 NCDHW backward (a CTA of 512 an
@@ -28,6 +29,9 @@ suite_lines() { cat "$1/summary.tsv"; grep -E "passed|failed|FAILED" "$1/tests.l
 case "${1:-}" in
   MS) gpu; mkdir -p "$OUT"
       timeout 585 scripts/gpu_check.sh build tests bench_kernel bench_unet > /tmp/nj_ms.log 2>&1
+      suite_lines "$OUT"; cat "$OUT/results.md" ;;
+  MT) gpu; mkdir -p "$OUT"
+      timeout 540 scripts/gpu_check.sh build tests bench_kernel > /tmp/nj_mt.log 2>&1
       suite_lines "$OUT"; cat "$OUT/results.md" ;;
   MK) gpu; mkdir -p "$OUT"
       timeout 400 scripts/gpu_check.sh build ctest bench_kernel > /tmp/nj_mk.log 2>&1
@@ -51,5 +55,5 @@ case "${1:-}" in
      bench/env_ab.sh "$OUT/MID/mid_backward.log" 2 "default NORMJIT_TIER_ITEMS=4 \
 NORMJIT_TIER_ITEMS=4,NORMJIT_SPLIT=resident NORMJIT_TIER_ITEMS=4,NORMJIT_SPLIT=registers" --timer cupti \
        --layouts ncdhw --modes bwd --dtypes fp16,bf16 --shapes 2,128,32,32,32 1,128,32,32,32 ;;
-  *) echo "usage: gpu_calls.sh MS|MK|BWB|X|MID" >&2; exit 2 ;;
+  *) echo "usage: gpu_calls.sh MS|MT|MK|BWB|X|MID" >&2; exit 2 ;;
 esac
