@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 39's device calls, rerunnable: OUT=... bash bench/results/2026-12-07-session39/gpu_calls.sh MS|MT|MK|BWB|X|MID
-# None ran: eleven starts failed (H100 and H200 alternately) and four calls were refused, then
-# loans were paused. The times below are estimates from sessions 36-38's steps, without the start.
+# Ran: MK alone (H100, 279 s, on main 1f068fb), after thirteen failed starts (H100 and H200
+# alternately), five refusals and a pause of the loans; 83 s were left. The other times below are
+# estimates from sessions 36-38's steps, without the start.
 # MS (~480 s): the GPU suite (build, ctest, pytest) on the tree sent, then README's results table
 #   (gpu_check's bench_kernel, with its peers) and the U-Net step (bench_unet), all into $OUT.
 # BWB (~380 s): session 38's backward_within_grid.patch applied to the tree sent, then its A/B
