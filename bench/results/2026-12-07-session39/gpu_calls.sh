@@ -11,7 +11,7 @@
 #   that tree. The patch moves no shape of README's table (normjit explain --direction bwd, H100
 #   and H200), so MS's table holds either way.
 # MT (~420 s): MS without the U-Net step.
-# MK (~250 s; MS's fallback where less device time was left): ctest and README's table only.
+# MK (ran, 279 s; MS's fallback where less device time was left): ctest and README's table only.
 # X (~120 s): README's activation and host-overhead tables (bench_act, bench_host).
 # MID (~100 s, measurement only): the 32^3 stage's fp16/bf16 NCDHW backward (a CTA of 512 an
 #   instance, one an SM: (2,128,32^3) runs 256 CTAs in two waves) against its split forms, which
