@@ -440,18 +440,16 @@ int64_t resident_step_balanced_chunks(const FusionKey& f, const ShapeKey& s, con
   if (!resident_balance_enabled() || f.direction != Direction::forward) return plan.chunks;
   const int64_t nvec = s.spatial / vector_width(s, f.dtype, f.layout);
   const int64_t instances = s.N * s.C;
-  // The chunks `wanted` gives once balanced (ceil(nvec / chunk_vectors)), and their steps.
+  // The chunks `wanted` gives once balanced (ceil(nvec / chunk_vectors)).
   auto actual = [&](int64_t wanted) { return ceil_div(nvec, ceil_div(nvec, wanted)); };
-  auto steps = [&](int64_t chunks) {
-    return ceil_div(instances * chunks, resident_grid(dev, plan.threads, instances * chunks));
-  };
-  const int64_t fewest_steps = steps(actual(plan.chunks));
+  auto grid = [&](int64_t chunks) { return resident_grid(dev, plan.threads, instances * chunks); };
+  auto steps = [&](int64_t chunks) { return ceil_div(instances * chunks, grid(chunks)); };
   int64_t best = actual(plan.chunks);
+  const int64_t fewest_steps = steps(best);
   const int64_t most = std::min(resident_merge_capacity(f, plan.threads), nvec);
   for (int64_t wanted = best + 1; wanted <= most; ++wanted) {
     const int64_t chunks = actual(wanted);
-    const int64_t grid = resident_grid(dev, plan.threads, instances * chunks);
-    if (steps(chunks) > fewest_steps || chunks - 1 > int64_t(resident_slots() - 2) * grid) break;
+    if (steps(chunks) > fewest_steps || chunks - 1 > int64_t(resident_slots() - 2) * grid(chunks)) break;
     best = chunks;
   }
   return best;
