@@ -5,7 +5,8 @@
 # estimates from sessions 36-38's steps, without the start.
 # MS (~480 s): the GPU suite (build, ctest, pytest) on the tree sent, then README's results table
 #   (gpu_check's bench_kernel, with its peers) and the U-Net step (bench_unet), all into $OUT.
-# BWB (~380 s): session 38's backward_within_grid.patch applied to the tree sent, then its A/B
+# BWB (~380 s): backward_within_grid.patch (here: session 38's, rebased on aa0f199; the same plans
+#   as session 38's on its base over normjit explain's sweep) applied to the tree sent, then its A/B
 #   (session 38's call BW: the backward's balanced chunks where an instance stays within one grid,
 #   against NORMJIT_RESIDENT_BALANCE=0, two interleaved rounds by CUPTI), then the GPU suite on
 #   that tree. The patch moves no shape of README's table (normjit explain --direction bwd, H100
@@ -22,9 +23,9 @@
 # 418 of its 519 test-seconds on the cpu ones, which CI runs on every commit, same toolkit).
 set -u
 export GPU_CHECK_CTEST=gpu
+HERE=bench/results/2026-12-07-session39
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
 OUT=${OUT:-./session39_out}
-S38=bench/results/2026-12-07-session38
 gpu() { nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader; }
 suite_lines() { cat "$1/summary.tsv"; grep -E "passed|failed|FAILED" "$1/tests.log" | tail -4; }
 case "${1:-}" in
@@ -38,7 +39,7 @@ case "${1:-}" in
       timeout 400 scripts/gpu_check.sh build ctest bench_kernel > /tmp/nj_mk.log 2>&1
       cat "$OUT/summary.tsv"; grep -E "tests passed|FAILED" "$OUT/tests.log" | tail -3; cat "$OUT/results.md" ;;
   BWB) gpu; mkdir -p "$OUT/BW" "$OUT/B2"
-      git apply "$S38/backward_within_grid.patch" 2>/dev/null || patch -p1 < "$S38/backward_within_grid.patch" \
+      git apply "$HERE/backward_within_grid.patch" 2>/dev/null || patch -p1 < "$HERE/backward_within_grid.patch" \
         || { echo "patch failed"; exit 1; }
       scripts/gpu_check.sh build > /tmp/nj_bw_build.log 2>&1 || { tail -30 /tmp/nj_bw_build.log; exit 1; }
       echo "BW start $(date +%T)"
