@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 40's device calls, rerunnable: OUT=... bash bench/results/2026-12-07-session40/gpu_calls.sh A|PO|MID|BWB|X
+# Session 40's device calls, rerunnable: OUT=... bash bench/results/2026-12-07-session40/gpu_calls.sh A|PO|MID|BWB|X|T
 # Every call writes into a scratch folder and packs it into one $OUT/<call>.tgz at the end, so the
 # device tool's limit on returned files never drops a log; the key lines also go to stdout.
 # A (~480 s): the GPU suite on the tree sent (build, ctest's gpu label, pytest with its 15 slowest
@@ -11,6 +11,8 @@
 #   peer (fp16 only, as gpu_check's bench_kernel) and without it, twice each, interleaved.
 # BWB (~380 s): session 39's BWB (backward_within_grid.patch, its A/B, the suite on it).
 # X (~120 s): README's activation and host-overhead tables (bench_act, bench_host).
+# T (~220 s): README's results table alone (gpu_check's bench_kernel) on the GPU it gets; meant for
+#   an H200, whose table (issue 3's targets are the H200's) was last run in sessions 8-9.
 set -u
 export GPU_CHECK_CTEST=gpu
 cd "$(dirname "${BASH_SOURCE[0]}")/../../.."
@@ -50,8 +52,11 @@ case "${1:-}" in
   PO) gpu; S=$(mktemp -d)
      OUT=$S scripts/gpu_check.sh build > /dev/null 2>&1 || { tail -30 "$S/build.log"; exit 1; }
      peer_order "$S/PO"; pack PO "$S" ;;
+  T) gpu; S=$(mktemp -d)
+     OUT=$S timeout 420 scripts/gpu_check.sh build bench_kernel > "$S/gpu_check.out" 2>&1
+     cat "$S/summary.tsv" "$S/results.md"; pack T "$S" ;;
   BWB|X) gpu; S=$(mktemp -d)
      OUT=$S bash bench/results/2026-12-07-session39/gpu_calls.sh "$1"
      pack "$1" "$S" ;;
-  *) echo "usage: gpu_calls.sh A|PO|MID|BWB|X" >&2; exit 2 ;;
+  *) echo "usage: gpu_calls.sh A|PO|MID|BWB|X|T" >&2; exit 2 ;;
 esac
