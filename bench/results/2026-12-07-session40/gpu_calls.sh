@@ -3,7 +3,8 @@
 # Every call writes into a scratch folder and packs it into one $OUT/<call>.tgz at the end, so the
 # device tool's limit on returned files never drops a log; the key lines also go to stdout.
 # A (~480 s): the GPU suite on the tree sent (build, ctest's gpu label, pytest with its 15 slowest
-#   tests), then MID and PO below on that build (A_SKIP_PO=1: without PO, ~380 s). $OUT/A.tgz is
+#   tests), then MID and PO below on that build (A_SKIP_PO=1: without PO, ~380 s; A_SUITE_ONLY=1:
+#   the suite alone, ~290 s). $OUT/A.tgz is
 #   rewritten after each part, so a call cut short still returns what finished.
 # MID (~100 s, measurement only): session 39's MID (the 32^3 stage's fp16/bf16 backward, a CTA of
 #   512 an instance, against its split forms forced by NORMJIT_TIER_ITEMS=4).
@@ -44,6 +45,7 @@ case "${1:-}" in
   A) gpu; S=$(mktemp -d)
      OUT=$S timeout 360 scripts/gpu_check.sh build tests > "$S/gpu_check.out" 2>&1
      suite_lines "$S"; grep -A17 "slowest 15" "$S/tests.log"; pack A "$S"
+     [ "${A_SUITE_ONLY:-0}" = 1 ] && exit 0
      echo "MID start $(date +%T)"; mid "$S/MID"; pack A "$S"
      [ "${A_SKIP_PO:-0}" = 1 ] && exit 0
      echo "PO start $(date +%T)"; peer_order "$S/PO"; pack A "$S" ;;
