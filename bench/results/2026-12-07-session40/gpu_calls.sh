@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 40's device calls, rerunnable: OUT=... bash bench/results/2026-12-07-session40/gpu_calls.sh A|PO|MID|BWB|X|T
+# Session 40's device calls, rerunnable: OUT=... bash bench/results/2026-12-07-session40/gpu_calls.sh A|CM|PO|MID|BWB|X|T
 # Every call writes into a scratch folder and packs it into one $OUT/<call>.tgz at the end, so the
 # device tool's limit on returned files never drops a log; the key lines also go to stdout.
 # A (~480 s): the GPU suite on the tree sent (build, ctest's gpu label, pytest with its 15 slowest
@@ -11,6 +11,7 @@
 # PO (~120 s, measurement only): does timing normjit right after the torch.compile peer slow it?
 #   bench_instance_norm on the two host-bound README shapes, fp16 and bf16 NCDHW, with the compile
 #   peer (fp16 only, as gpu_check's bench_kernel) and without it, twice each, interleaved.
+# CM (~200 s; A's fallback where less device time is left): build, ctest's gpu label, then MID.
 # BWB (~380 s): session 39's BWB (backward_within_grid.patch, its A/B, the suite on it).
 # X (~120 s): README's activation and host-overhead tables (bench_act, bench_host).
 # T (~220 s): README's results table alone (gpu_check's bench_kernel) on the GPU it gets; meant for
@@ -49,6 +50,10 @@ case "${1:-}" in
      echo "MID start $(date +%T)"; mid "$S/MID"; pack A "$S"
      [ "${A_SKIP_PO:-0}" = 1 ] && exit 0
      echo "PO start $(date +%T)"; peer_order "$S/PO"; pack A "$S" ;;
+  CM) gpu; S=$(mktemp -d)
+     OUT=$S timeout 150 scripts/gpu_check.sh build ctest > "$S/gpu_check.out" 2>&1
+     cat "$S/summary.tsv"; grep -E "tests passed|FAILED" "$S/tests.log" | tail -3; pack CM "$S"
+     echo "MID start $(date +%T)"; mid "$S/MID"; pack CM "$S" ;;
   MID) gpu; S=$(mktemp -d)
      OUT=$S scripts/gpu_check.sh build > /dev/null 2>&1 || { tail -30 "$S/build.log"; exit 1; }
      mid "$S/MID"; pack MID "$S" ;;
@@ -61,5 +66,5 @@ case "${1:-}" in
   BWB|X) gpu; S=$(mktemp -d)
      OUT=$S bash bench/results/2026-12-07-session39/gpu_calls.sh "$1"
      pack "$1" "$S" ;;
-  *) echo "usage: gpu_calls.sh A|PO|MID|BWB|X|T" >&2; exit 2 ;;
+  *) echo "usage: gpu_calls.sh A|CM|PO|MID|BWB|X|T" >&2; exit 2 ;;
 esac
