@@ -26,9 +26,10 @@
 #                         folders before they are merged into $OUT
 #   GPU_CHECK_TIMEOUT     seconds any one step may run (default 900)
 #   GPU_CHECK_CTEST=gpu   ctest runs only the tests labelled gpu (they run kernels); the cpu ones
-#                         (codegen, compiles, ptxas reports, heuristics: 418 of the 519 test-s
-#                         in session 32's 83 s ctest on an H100 at -j8) are left to the CPU run of scripts/run_tests.sh, which CI
-#                         makes on every commit with the same CUDA 13.0 toolkit. Default: all
+#                         (codegen, compiles, ptxas reports, heuristics: 418 of the 519
+#                         test-seconds in session 32's 83 s ctest on an H100 at -j8) are left to
+#                         the CPU run of scripts/run_tests.sh, which CI makes on every commit
+#                         with the same CUDA 13.0 toolkit. Default: all
 #   PYTHON                interpreter (default python3); JOBS build parallelism (default 16)
 #
 # Every step is timed and may fail without stopping the others. The end of the output is a
