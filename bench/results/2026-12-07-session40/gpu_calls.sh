@@ -24,7 +24,7 @@ mkdir -p "$FINAL_OUT"
 gpu() { nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader; }
 pack() { tar czf "$FINAL_OUT/$1.tgz" -C "$2" . ; }
 suite_lines() { cat "$1/summary.tsv"; grep -E "passed|failed|FAILED" "$1/tests.log" | tail -4; }
-mid() {  # $1: folder
+mid() {  # $1: folder. Session 39's MID arguments, repeated: calling its case would reinstall (~34 s)
   mkdir -p "$1"
   timeout 150 bench/env_ab.sh "$1/mid_backward.log" 2 "default NORMJIT_TIER_ITEMS=4 \
 NORMJIT_TIER_ITEMS=4,NORMJIT_SPLIT=resident NORMJIT_TIER_ITEMS=4,NORMJIT_SPLIT=registers" --timer cupti \
