@@ -5,7 +5,8 @@
 #   wave) applied to the tree sent; its A/B against NORMJIT_SHARED_DY=0 (the CTA of 512, as on
 #   main) on every shape where it applies in the nnU-Net ladder and four others, fp16 and bf16,
 #   backward kernel by CUPTI, two interleaved rounds; then the GPU suite on that tree (ctest's gpu
-#   label, pytest). Land the patch only if it wins and its suite passes.
+#   label, pytest). Land the patch only if it wins and its suite passes. OW_SHAPES="..." replaces
+#   the A/B's shapes (fewer where less device time is left).
 # A: session 40's A (the suite on the tree sent, then MID and PO; A_SKIP_PO=1, A_SUITE_ONLY=1).
 # Everything goes into one $OUT/<call>.tgz, repacked after each part; key lines to stdout.
 set -u
@@ -23,7 +24,7 @@ case "${1:-}" in
       echo "AB start $(date +%T)"
       NORMJIT_AB_TIMEOUT=90 timeout 200 bench/env_ab.sh "$S/shared_dy.log" 2 "default NORMJIT_SHARED_DY=0" \
         --timer cupti --layouts ncdhw --modes bwd --dtypes fp16,bf16 \
-        --shapes 2,128,32,32,32 4,128,32,32,32 2,80,28,28,28 3,47,24,29,31 1,140,16,32,40
+        --shapes ${OW_SHAPES:-2,128,32,32,32 4,128,32,32,32 2,80,28,28,28 3,47,24,29,31 1,140,16,32,40}
       pack OW "$S"
       echo "suite start $(date +%T)"
       mkdir -p "$S/suite"
