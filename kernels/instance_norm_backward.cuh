@@ -5,9 +5,9 @@
 //   dx  = rstd * w * (g - mean(g) - xhat * mean(g * xhat))
 //   dresidual = g;  dweight[c] = sum_n sum(g * xhat);  dbias[c] = sum_n sum(g)
 // Per instance we need sum(g) and sum(g * xhat); like the forward, a chunk's x and dy stay in
-// registers (NJ_CACHED) or are streamed twice, and split instances merge partial sums in chunk
-// order (or, with NJ_RESIDENT, stay in shared memory in a pipeline of chunks: resident_split.cuh,
-// backward_resident below). dweight/dbias are reduced over N in a fixed order: by the CTA that
+// registers (NJ_CACHED; with NJ_SHARED_DY, dy in shared memory) or are streamed twice, and split
+// instances merge partial sums in chunk order (or, with NJ_RESIDENT, stay in shared memory in a
+// pipeline of chunks: resident_split.cuh, backward_resident below). dweight/dbias are reduced over N in a fixed order: by the CTA that
 // holds all N samples of a channel (channel_major), by the channel's cluster (NJ_CLUSTER), else by
 // the last CTA. No atomics on floats, the same bits on every run.
 #include "common.cuh"
@@ -36,9 +36,26 @@ __device__ __forceinline__ float grad_at(const BwdContext& s, float x, float dy,
 
 #if NJ_ACT != 0 && NJ_RESIDUAL
 #define NJ_NEEDS_RESIDUAL 1
-#define NJ_RING_TENSORS 3
 #else
 #define NJ_NEEDS_RESIDUAL 0
+#endif
+
+// NJ_SHARED_DY: a register tier (NJ_CACHED) whose CTA keeps its instance's x in registers and dy
+// in one stage of shared-memory slots (smem_slots.cuh), filled by cp.async. Why: holding both in
+// registers caps the backward at 128 registers a thread, so the tier of 512 x 8 vectors runs one
+// CTA an SM, and (2,128,32^3)'s 256 instances take two waves in which a CTA's stores never overlap
+// the next one's loads. A CTA of 256 x 16 vectors with dy in 64 KB of shared memory fits two an SM:
+// one wave (heuristics.cpp, shared_dy_tier_applies).
+#define NJ_SHARED_DY (NJ_CACHED && NJ_STAGES > 0)
+#if NJ_SHARED_DY
+#if NJ_NEEDS_RESIDUAL || NJ_GROUP != NJ_THREADS || NJ_STAGES != 1
+#error "NJ_SHARED_DY: dy alone in one stage of slots, a CTA an instance"
+#endif
+#define NJ_RING_TENSORS 1  // the slots hold dy
+static_assert(sizeof(vec_t) == 16, "NJ_SHARED_DY: the slots move 16-byte vectors");
+#elif NJ_NEEDS_RESIDUAL
+#define NJ_RING_TENSORS 3
+#else
 #define NJ_RING_TENSORS 2
 #endif
 #include "tile_ring.cuh"
@@ -46,25 +63,49 @@ __device__ __forceinline__ float grad_at(const BwdContext& s, float x, float dy,
 
 struct BwdTile {
   vec_t x[NJ_ITEMS];
+#if !NJ_SHARED_DY
   vec_t dy[NJ_ITEMS];
+#endif
 #if NJ_NEEDS_RESIDUAL
   vec_t res[NJ_ITEMS];
 #endif
 };
 
+// Vector i of this thread's dy in tile t: from registers, or (NJ_SHARED_DY) from its slot.
+__device__ __forceinline__ vec_t dy_at(const BwdTile& t, int i) {
+#if NJ_SHARED_DY
+  (void)t;
+  return *reinterpret_cast<const vec_t*>(nj_ring + slot_offset(0, 0, i));
+#else
+  return t.dy[i];
+#endif
+}
+
 __device__ __forceinline__ void load_bwd_tile(const NjParams& p, const Unit& u, idx_t tile_begin, int lane,
                                               BwdTile& t) {
+#if NJ_SHARED_DY
+  // dy's copies first, so that they and x's loads are in flight together. Each thread reads back
+  // only its own slots (the previous round's reads are done: program order), so no CTA barrier.
+  const void* dy_src[1] = {p.dy};
+  slots_copy_tile(dy_src, u.base, tile_begin, u.v_end, true, 0);
+  nj_cp_async_commit();
+#endif
 #pragma unroll
   for (int i = 0; i < NJ_ITEMS; ++i) {
     const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
     const bool in = v < u.v_end;
     const idx_t e = u.base + v * NJ_VEC;
     t.x[i] = in ? load_vec(p.x, e) : zero_vec();
+#if !NJ_SHARED_DY
     t.dy[i] = in ? load_vec(p.dy, e) : zero_vec();
+#endif
 #if NJ_NEEDS_RESIDUAL
     t.res[i] = in ? load_vec(p.residual, e) : zero_vec();
 #endif
   }
+#if NJ_SHARED_DY
+  nj_cp_async_wait<0>();
+#endif
 }
 
 // The next tile of a streamed pass: from the ring (in flight for a while already), else loaded now.
@@ -99,10 +140,11 @@ __device__ __forceinline__ void accumulate_tile(const NjParams& p, const BwdCont
   for (int i = 0; i < NJ_ITEMS; ++i) {
     const idx_t v = tile_begin + (idx_t)i * NJ_GROUP + lane;
     if (v < v_end) {
+      const vec_t dy = dy_at(t, i);
 #pragma unroll
       for (int k = 0; k < NJ_VEC; ++k) {
         const float x = vec_get(t.x[i], k);
-        const float g = grad_at(s, x, vec_get(t.dy[i], k), res_at(t, i, k), p.act_param);
+        const float g = grad_at(s, x, vec_get(dy, k), res_at(t, i, k), p.act_param);
         sums[0] += g;
         sums[1] += g * ((x - s.mean) * s.rstd);
       }
@@ -143,9 +185,11 @@ __device__ __forceinline__ void store_dx_tile(const NjParams& p, const Unit& u, 
 __device__ __forceinline__ void write_dx_tile(const NjParams& p, const Unit& u, const BwdContext& s, idx_t tile_begin,
                                               int lane, const BwdTile& t, float mean_g, float mean_gx) {
   const float k_scale = s.rstd * s.w;
+  vec_t dy;
   store_dx_tile(p, u, tile_begin, lane, [&](int i, int k, float& g) {
+    if (k == 0) dy = dy_at(t, i);  // one 16-byte read a vector (the loops are unrolled)
     const float x = vec_get(t.x[i], k);
-    g = grad_at(s, x, vec_get(t.dy[i], k), res_at(t, i, k), p.act_param);
+    g = grad_at(s, x, vec_get(dy, k), res_at(t, i, k), p.act_param);
     const float xhat = (x - s.mean) * s.rstd;
     return k_scale * (g - mean_g - xhat * mean_gx);
   });

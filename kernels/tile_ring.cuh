@@ -15,10 +15,11 @@
 #pragma once
 #include "smem_slots.cuh"
 
-// NJ_RING: the kernel streams through the ring (the resident split uses the slots its own way).
-#define NJ_RING (NJ_STAGES > 0 && !NJ_RESIDENT)
+// NJ_RING: the kernel streams through the ring (the resident split, and a register tier that keeps
+// dy in shared memory, use the slots their own way).
+#define NJ_RING (NJ_STAGES > 0 && !NJ_RESIDENT && !NJ_CACHED)
 #if NJ_RING
-#if NJ_CACHED || NJ_GROUP != NJ_THREADS || NJ_STAGES < 2
+#if NJ_GROUP != NJ_THREADS || NJ_STAGES < 2
 #error "the tile ring serves streamed kernels whose group is the whole CTA, with at least 2 stages"
 #endif
 

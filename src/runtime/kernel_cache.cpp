@@ -278,7 +278,8 @@ const LoadedKernel& get_kernel(const FusionKey& f, const KernelConfig& c, int de
     driver::check_cuda(cu.cuModuleGetFunction(&k.function, module, codegen::entry_point(f)), "cuModuleGetFunction");
     driver::check_cuda(cu.cuFuncGetAttribute(&k.registers, CU_FUNC_ATTRIBUTE_NUM_REGS, k.function),
                        "cuFuncGetAttribute");
-    // A streamed kernel's tile ring is dynamic shared memory; above 48 KB it must be allowed.
+    // Shared-memory slots (a streamed kernel's tile ring, a split's kept chunks, the backward tier's
+    // dy) are dynamic shared memory; above 48 KB it must be allowed.
     k.dynamic_smem = int(ring_bytes(f, c));
     if (k.dynamic_smem > 0)
       driver::check_cuda(

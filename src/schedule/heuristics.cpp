@@ -19,6 +19,7 @@ int register_budget(Direction d) { return d == Direction::forward ? 64 : 128; }
 struct Tier {
   int threads, group, items;
   const char* name;
+  bool shared_dy = false;  // the backward's x in registers, dy in shared memory (shared_dy_tier_fits)
 };
 // Smallest first. Groups <= 32 put several instances in one CTA (warp shuffles only); larger
 // groups are the whole CTA (shared-memory reductions). The last tier holds 8 vectors per thread
@@ -27,14 +28,19 @@ struct Tier {
 constexpr Tier kTiers[] = {
     {256, 8, 4, "tiny (8 threads/instance)"},   {256, 32, 4, "small (warp/instance)"},
     {128, 128, 4, "medium (CTA of 128)"},       {256, 256, 4, "medium (CTA of 256)"},
-    {512, 512, 4, "large (CTA of 512)"},        {512, 512, 8, "large (CTA of 512, 8 vectors/thread)"},
+    {512, 512, 4, "large (CTA of 512)"},
+    {256, 256, 16, "large (CTA of 256, 16 vectors/thread, dy in shared memory)", true},
+    {512, 512, 8, "large (CTA of 512, 8 vectors/thread)"},
 };
 constexpr int kSplitThreads = 512;
 constexpr int kBoundedItems = 4;
 
-bool tier_allowed(const Tier& t, Direction d) {
-  (void)t, (void)d;
-  return true;
+// The dy-in-shared-memory tier serves the NCDHW backward whose slots hold dy alone (no residual
+// read for an activation's derivative), with 16-byte vectors, under the bounded policy.
+bool tier_allowed(const Tier& t, const FusionKey& f, int vec, Policy policy) {
+  if (!t.shared_dy) return true;
+  return f.direction == Direction::backward && f.layout == Layout::ncdhw && ring_tensors(f) == 2 &&
+         vec * dtype_size(f.dtype) == 16 && policy == Policy::bounded && shared_dy_tier_enabled();
 }
 
 int min_blocks_for(int threads, Direction d, const DeviceProfile& dev) {
@@ -135,7 +141,9 @@ int ring_tensors(const FusionKey& f) {
 }
 
 int64_t ring_bytes(const FusionKey& f, const KernelConfig& c) {
-  return int64_t(c.stages) * ring_tensors(f) * c.items * c.threads * 16;
+  // A register tier with slots (the NCDHW backward's dy in shared memory) holds dy alone.
+  const int tensors = c.cached && f.layout == Layout::ncdhw ? 1 : ring_tensors(f);
+  return int64_t(c.stages) * tensors * c.items * c.threads * 16;
 }
 
 SplitMode split_mode() {
@@ -194,6 +202,13 @@ int nhwc_min_row_bytes() {
   // measurements; read once per process.
   static const int bytes = env_int_in("NORMJIT_NHWC_MIN_ROW_BYTES", 2, 512, 32);
   return bytes;
+}
+
+bool shared_dy_tier_enabled() {
+  // The variable is for measurements (the tier against the CTA of 512 it replaces); read once per
+  // process, so that the enumerated kernel set and the selections agree.
+  static const bool enabled = env_int_in("NORMJIT_SHARED_DY", 0, 1, 1) == 1;
+  return enabled;
 }
 
 bool cluster_weight_grads_enabled() {
@@ -308,16 +323,43 @@ int tier_items(const Tier& t, Policy policy, int64_t nvec) {
   return policy == Policy::bounded ? t.items : items_for(policy, nvec, t.group);
 }
 
-// Tier `t` with one group per instance, the instance held in registers; threads == 0 when the
-// tier's register tile cannot hold the instance.
+// Whether the GPU runs the dy-in-shared-memory tier at two CTAs an SM: cp.async (sm_80) and room
+// for both CTAs' slots (64 KB each) beside the driver's reserve.
+bool shared_dy_tier_fits_device(const FusionKey& f, const DeviceProfile& dev, const Tier& t) {
+  const int mb = min_blocks_for(t.threads, f.direction, dev);
+  const int64_t per_cta = int64_t(t.items) * t.threads * 16 + 2048;
+  return dev.arch >= 80 && mb >= 2 && mb * per_cta <= dev.smem_per_sm;
+}
+
+// Where the dy-in-shared-memory tier (kernels/instance_norm_backward.cuh, NJ_SHARED_DY) replaces
+// the CTA of 512 x 8 vectors: where that tier's one CTA an SM (x and dy in 128 registers a thread)
+// takes more waves than two CTAs of 256, each with 64 KB of dy in shared memory. Measured on the
+// H100 (backward kernel, CUPTI, two interleaved rounds against NORMJIT_SHARED_DY=0, session 41),
+// µs, fp16 and bf16 alike: (2,128,32^3) 23.4 -> 21.8 (two waves -> one); (2,80,28^3) 13.5 ->
+// 12.1; (3,47,24,29,31) 12.7 -> 11.4; (1,140,16,32,40) 12.4 -> 11.3; (4,128,32^3) level (40.8 ->
+// 40.5, bf16 40.8 -> 41.1: four waves -> two). Not where the items are forced (NORMJIT_TIER_ITEMS,
+// measurements) or NORMJIT_SHARED_DY=0.
+bool shared_dy_tier_fits(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Tier& t) {
+  if (!shared_dy_tier_fits_device(f, dev, t) || tier_items_override() != 0) return false;
+  const int mb = min_blocks_for(t.threads, f.direction, dev);
+  const int64_t wide_slots = int64_t(dev.sms) * min_blocks_for(kSplitThreads, f.direction, dev);
+  const int64_t instances = s.N * s.C;
+  return ceil_div(instances, int64_t(dev.sms) * mb) < ceil_div(instances, wide_slots);
+}
+
+// Tier `t` with one group per instance, the instance held in registers (with t.shared_dy, x in
+// registers and dy in one stage of shared-memory slots); threads == 0 when the tier's tile cannot
+// hold the instance or the tier does not apply.
 Launch ncdhw_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, Policy policy, const Tier& t) {
   Launch l;
   const int vec = vector_width(s, f.dtype, f.layout);
   const int64_t nvec = s.spatial / vec;
+  if (!tier_allowed(t, f, vec, policy)) return l;
   const int items = tier_items(t, policy, nvec);
   if (int64_t(t.group) * items < nvec) return l;
+  if (t.shared_dy && !shared_dy_tier_fits(f, s, dev, t)) return l;
   const int mb = min_blocks_for(t.threads, f.direction, dev);
-  l.config = make_config(t.threads, t.group, items, vec, mb, /*cached=*/true, needs_index64(s));
+  l.config = make_config(t.threads, t.group, items, vec, mb, /*cached=*/true, needs_index64(s), t.shared_dy ? 1 : 0);
   l.chunks = 1;
   l.chunk_vectors = nvec;
   const int per_cta = t.threads / t.group;
@@ -539,7 +581,6 @@ Launch choose_ncdhw(const FusionKey& f, const ShapeKey& s, const DeviceProfile& 
   const bool exchange = f.train;  // eval needs no statistics: chunks never talk to each other
 
   for (const Tier& t : kTiers) {
-    if (!tier_allowed(t, f.direction)) continue;
     l = ncdhw_tier(f, s, dev, policy, t);
     if (l.config.threads != 0) break;
   }
@@ -1072,7 +1113,7 @@ void ncdhw_candidates(CandidateList& c, Policy policy) {
   // vectors per thread. Larger still only idles threads.
   int tiers = 0;
   for (const Tier& t : kTiers) {
-    if (!tier_allowed(t, f.direction) || tiers == 3) continue;
+    if (tiers == 3) continue;
     const Launch l = ncdhw_tier(f, s, dev, policy, t);
     if (l.config.threads == 0) continue;
     ++tiers;
@@ -1229,14 +1270,15 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
   for (int vec = 16 / es; vec >= 1; vec /= 2) {
     for (bool idx64 : {false, true}) {
       for (const Tier& t : kTiers) {
-        if (!tier_allowed(t, f.direction)) continue;
+        if (!tier_allowed(t, f, vec, policy) || (t.shared_dy && !shared_dy_tier_fits_device(f, dev, t))) continue;
         const int mb = min_blocks_for(t.threads, f.direction, dev);
         // With its cluster variant where a tier holds an instance a CTA (ncdhw_cluster_fits).
         const bool cluster = t.group == t.threads && !idx64 && ncdhw_cluster_applies(f, dev);
+        const int slots = t.shared_dy ? 1 : 0;
         if (policy == Policy::bounded) {
-          out.push_back(make_config(t.threads, t.group, t.items, vec, mb, true, idx64));
+          out.push_back(make_config(t.threads, t.group, t.items, vec, mb, true, idx64, slots));
           if (cluster)
-            out.push_back(make_config(t.threads, t.group, t.items, vec, mb, true, false, 0, false, false, true));
+            out.push_back(make_config(t.threads, t.group, t.items, vec, mb, true, false, slots, false, false, true));
         } else {
           for (int items = 1; items <= 8; items *= 2) {
             out.push_back(make_config(t.threads, t.group, items, vec, mb, true, idx64));

@@ -55,6 +55,9 @@ int resident_threads_override();
 // Whether the channels-last backward of 2-8 samples may sum its weight gradients in thread-block
 // clusters (NORMJIT_CLUSTER_WEIGHT_GRADS=0|1, default 1). Read once per process.
 bool cluster_weight_grads_enabled();
+// Whether the NCDHW backward may take the register tier that keeps dy in shared memory
+// (NORMJIT_SHARED_DY=0|1, default 1; heuristics.cpp shared_dy_tier_fits). Read once per process.
+bool shared_dy_tier_enabled();
 // Most tiles of a streamed kernel's cp.async ring (2-8; NORMJIT_RING_STAGES, default 3), as the
 // shared memory allows. Read once per process.
 int ring_stage_cap();

@@ -346,6 +346,33 @@ TEST(GpuKernelsNcdhw, ClusterWeightGradsMatchDoubleReference) {
   }
 }
 
+// The NCDHW backward's register tier that keeps dy in shared memory (x in registers; heuristics
+// shared_dy_tier_fits): more instances than one wave of the CTA of 512 x 8 vectors, 16-byte vectors.
+// The nnU-Net 32^3 stage; volumes that are not a whole number of the CTA's 4096 vectors (2697,
+// 2744, 2560); clusters of 2 and 3 samples, N = 9 (the last CTA's pass) and N = 1 (a channel a
+// CTA); leaky_relu and silu, a residual (identity: the backward reads none), mean >> std, bf16, no
+// affine; the same bits on every run.
+TEST(GpuKernelsNcdhw, SharedDyTierMatchesDoubleReference) {
+  REQUIRE_GPU();
+  using A = normjit::Activation;
+  const normjit::DeviceProfile dev = normjit::live_profile(0);
+  if (dev.arch < 80) GTEST_SKIP() << "the tier needs cp.async (sm_80 or newer); this GPU is sm_" << dev.arch;
+  if (!normjit::shared_dy_tier_enabled()) GTEST_SKIP() << "NORMJIT_SHARED_DY=0 turns the tier off";
+  const std::vector<Case> cases = {
+      {{2, 128, 32, 32, 32}, DType::f16, false},
+      {{3, 47, 24, 29, 31}, DType::bf16, false, true, A::leaky_relu},
+      {{2, 80, 28, 28, 28}, DType::f16, false, true, A::identity, true, 1000.f},
+      {{9, 16, 32, 32, 32}, DType::f16, false, false},
+      {{1, 140, 16, 32, 40}, DType::f16, false, true, A::silu},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c));
+    const normjit::Launch l = default_launch(c, false, dev);
+    EXPECT_TRUE(l.config.cached && l.config.stages == 1) << l.tier;
+    EXPECT_EQ(check_case(c, 3), check_case(c, 3));
+  }
+}
+
 // Channels-last with C not a multiple of the 16-byte vector: the flat super-rows of lcm(C, vec)
 // elements (kernels/nhwc_tile.cuh) where positions per super-row divide the volume and the lanes
 // fit 32, else the narrow vectors. Covers 3, 8 and 15 lanes (spare threads in the CTA), 2, 4 and 8

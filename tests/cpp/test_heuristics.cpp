@@ -164,6 +164,7 @@ int tier_rank(const std::string& tier) {
                                 "medium (CTA of 128)",
                                 "medium (CTA of 256)",
                                 "large (CTA of 512)",
+                                "large (CTA of 256, 16",  // the CTA of 512 x 8's capacity, dy in shared memory
                                 "large (CTA of 512, 8",
                                 "split, cached",
                                 "split, resident",
@@ -762,6 +763,50 @@ TEST(Heuristics, KeptSplitNarrowsTilesThatLeaveSmsIdle) {
     }
 }
 
+TEST(Heuristics, NcdhwBackwardKeepsDyInSharedMemoryBeyondOneWave) {
+  // The register tier of a CTA of 256 x 16 vectors with dy in shared memory (64 KB, two CTAs an SM)
+  // replaces the CTA of 512 x 8 vectors (one an SM) where that one takes more waves: fp16/bf16
+  // instances of 2049-4096 16-byte vectors, more of them than the SMs. Not where one wave of the
+  // CTA of 512 already holds them, not for fp32 32^3 (8192 vectors: a split), not where an
+  // activation reads the residual back (the slots hold dy alone), not where two such CTAs do not
+  // fit an SM's shared memory (L4), not before sm_80, not under the exact policy.
+  struct Row {
+    Shape shape;
+    DType dtype;
+    const char* device;
+    bool residual_act;
+    bool shared_dy;
+  };
+  const Row rows[] = {
+      {{2, 128, 32, 32, 32}, DType::f16, "H100", false, true},  {{2, 128, 32, 32, 32}, DType::bf16, "H200", false, true},
+      {{3, 47, 24, 29, 31}, DType::f16, "H100", false, true},   {{1, 128, 32, 32, 32}, DType::f16, "A100", false, true},
+      {{1, 128, 32, 32, 32}, DType::f16, "H100", false, false},  // 128 instances: one wave either way
+      {{2, 128, 32, 32, 32}, DType::f32, "H100", false, false},  {{2, 128, 32, 32, 32}, DType::f16, "H100", true, false},
+      {{2, 128, 32, 32, 32}, DType::f16, "L4", false, false},    {{2, 128, 16, 16, 32}, DType::f16, "H100", false, false},
+  };
+  for (const Row& r : rows) {
+    BackwardArgs a = bwd_args(r.shape, r.dtype, Layout::ncdhw);
+    if (r.residual_act) {
+      a.residual = a.x;
+      a.activation = Activation::leaky_relu;
+    }
+    const CallKeys k = backward_keys(a);
+    const Launch l = launch_for(k, r.device);
+    SCOPED_TRACE(std::string(r.device) + " " + describe(k.fusion) + " N=" + std::to_string(r.shape[0]) + ": " + l.tier);
+    EXPECT_EQ(l.config.cached && l.config.stages > 0, r.shared_dy);
+    EXPECT_TRUE(launchable(k.fusion, k.shape, l, builtin_profile(r.device)));
+    if (r.shared_dy) {
+      EXPECT_EQ(l.config.threads, 256);
+      EXPECT_EQ(l.config.items, 16);
+      EXPECT_EQ(l.config.min_blocks, 2);
+      EXPECT_EQ(l.config.stages, 1);
+      EXPECT_EQ(ring_bytes(k.fusion, l.config), 64 << 10);
+      EXPECT_EQ(l.grid, r.shape[0] * r.shape[1]);
+      EXPECT_EQ(launch_for(k, r.device, Policy::exact).config.stages, 0) << "the exact policy sizes the registers";
+    }
+  }
+}
+
 TEST(Heuristics, NcdhwBackwardSumsWeightGradsInClusters) {
   // The NCDHW backward of a tier holding one instance a CTA, with 2-8 samples and weights, on
   // sm_90: clusters of the channel's N CTAs, units channel by channel, no last-CTA pass (no
@@ -1151,9 +1196,10 @@ TEST(Heuristics, BoundedSetSizes) {
       {Direction::forward, Layout::ncdhw, DType::f32, true, 46},
       {Direction::forward, Layout::ncdhw, DType::f16, false, 56},
       // The backward with weight gradients (sm_90): + the cluster variants of the tiers of one
-      // instance a CTA (4 tiers x the vector classes), 32-bit indexing.
-      {Direction::backward, Layout::ncdhw, DType::f16, true, 76},
-      {Direction::backward, Layout::ncdhw, DType::f32, true, 58},
+      // instance a CTA (4 tiers x the vector classes, and the dy-in-shared-memory tier's 16-byte
+      // class), 32-bit indexing; + that tier (16-byte class, 2 index widths).
+      {Direction::backward, Layout::ncdhw, DType::f16, true, 79},
+      {Direction::backward, Layout::ncdhw, DType::f32, true, 61},
       // Channels-last: 16 lane/vector classes x (2 tiers + 2 splits) x 2 index widths, + the flat
       // super-row configs (lanes at run time: 3 per index width).
       // The training forward: + the kept split for the 16-byte class (4 lane counts x 2 index widths).
@@ -1177,7 +1223,8 @@ TEST(Heuristics, BoundedSetSizes) {
     EXPECT_GE(exact, bounded) << describe(f);
     // The bound does not depend on the epilogue (activation, residual, affine dtype, bf16 vs f16),
     // except that a residual's channels-last backward has no cluster variants (they spilled:
-    // heuristics nhwc_cluster_tier); the NCDHW backward's keep theirs.
+    // heuristics nhwc_cluster_tier); the NCDHW backward's keep theirs, but lose the tier that keeps
+    // dy in shared memory where an activation reads the residual back (its slots hold dy alone).
     const FusionKey g = make_fusion(row.d, row.dtype == DType::f16 ? DType::bf16 : row.dtype, row.dtype, row.layout,
                                     row.train, true, true, false, false, Activation::silu);
     const auto f_configs = enumerate_configs(f, Policy::bounded);
@@ -1186,9 +1233,14 @@ TEST(Heuristics, BoundedSetSizes) {
     const bool f16 = row.dtype == DType::f16;
     const size_t want_clustered = row.d != Direction::backward ? 0u
                                   : row.layout == Layout::ndhwc ? (f16 ? 40u : 32u)
-                                                                : (f16 ? 16u : 12u);
+                                                                : (f16 ? 17u : 13u);
     EXPECT_EQ(clustered, want_clustered) << describe(f);
-    EXPECT_EQ(enumerate_configs(g, Policy::bounded).size(), bounded - (row.layout == Layout::ndhwc ? clustered : 0))
+    const size_t shared_dy = size_t(std::count_if(f_configs.begin(), f_configs.end(), [](const KernelConfig& c) {
+      return c.cached && c.stages > 0;
+    }));
+    EXPECT_EQ(shared_dy, row.d == Direction::backward && row.layout == Layout::ncdhw ? 3u : 0u) << describe(f);
+    EXPECT_EQ(enumerate_configs(g, Policy::bounded).size(),
+              bounded - (row.layout == Layout::ndhwc ? clustered : shared_dy))
         << describe(g);
     // No duplicates.
     const auto all = enumerate_configs(f, Policy::bounded);
@@ -1215,11 +1267,17 @@ TEST(Heuristics, RingFitsTheDeviceSharedMemory) {
                 continue;
               }
               ++rings;
-              EXPECT_FALSE(c.cached) << describe(c);
+              // A register tier with slots: the NCDHW backward's dy in one stage of shared memory.
+              const bool shared_dy = c.cached;
+              if (shared_dy) {
+                EXPECT_TRUE(layout == Layout::ncdhw && d == Direction::backward && !residual) << describe(c);
+                EXPECT_EQ(c.stages, 1) << describe(c);
+              }
               if (layout == Layout::ncdhw) EXPECT_EQ(c.group, c.threads) << describe(c);
               EXPECT_EQ(int(c.vec) * dtype_size(dt), 16) << describe(c);
-              EXPECT_GE(c.stages, c.resident && layout == Layout::ndhwc ? 1 : 2) << describe(c);
-              EXPECT_EQ(ring_bytes(f, c), int64_t(c.stages) * ring_tensors(f) * c.items * c.threads * 16);
+              EXPECT_GE(c.stages, (c.resident && layout == Layout::ndhwc) || shared_dy ? 1 : 2) << describe(c);
+              EXPECT_EQ(ring_bytes(f, c),
+                        int64_t(c.stages) * (shared_dy ? 1 : ring_tensors(f)) * c.items * c.threads * 16);
               // min_blocks CTAs of it, each with ~1 KB reserved by the driver and small static smem;
               // the channels-last column sums besides (a float per thread and vector element; two
               // in the backward). The channels-last backward has no ring, only the kept slots.
