@@ -134,14 +134,19 @@ def configs(args: argparse.Namespace) -> list[Config]:
 
 
 def peers_for(cfg: Config, args: argparse.Namespace) -> list[str]:
-    """Peers measured for one configuration (normjit last: its speed-up is against the others)."""
-    peers = [p for p in args.peers if p != "normjit"]
-    if "compile" in peers and cfg.dtype not in args.compile_dtypes:
-        peers.remove("compile")
+    """Peers measured for one configuration, in order: eager, normjit, then torch.compile.
+
+    torch.compile goes last because the host path of whatever is timed right after it is slowed
+    for a while: normjit's (2,128,32^3) fp16 forward+backward, bound by host time, measured 207-238
+    µs right after the compile peer and 94-101 µs without it (H100, session 41, docs/PERF_NOTES.md).
+    """
+    peers = [p for p in args.peers if p == "eager"]
     if "normjit" in args.peers:
         if cfg.activation != "none":
             peers.append("normjit_unfused")
         peers.append("normjit")
+    if "compile" in args.peers and cfg.dtype in args.compile_dtypes:
+        peers.append("compile")
     return peers
 
 
