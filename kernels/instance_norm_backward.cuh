@@ -7,9 +7,10 @@
 // Per instance we need sum(g) and sum(g * xhat); like the forward, a chunk's x and dy stay in
 // registers (NJ_CACHED; with NJ_SHARED_DY, dy in shared memory) or are streamed twice, and split
 // instances merge partial sums in chunk order (or, with NJ_RESIDENT, stay in shared memory in a
-// pipeline of chunks: resident_split.cuh, backward_resident below). dweight/dbias are reduced over N in a fixed order: by the CTA that
-// holds all N samples of a channel (channel_major), by the channel's cluster (NJ_CLUSTER), else by
-// the last CTA. No atomics on floats, the same bits on every run.
+// pipeline of chunks: resident_split.cuh, backward_resident below). dweight/dbias are reduced over
+// N in a fixed order: by the CTA that holds all N samples of a channel (channel_major), by the
+// channel's cluster (NJ_CLUSTER), else by the last CTA. No atomics on floats, the same bits on
+// every run.
 #include "common.cuh"
 
 #if NJ_CLUSTER && (!NJ_AFFINE || !NJ_CACHED || NJ_GROUP != NJ_THREADS || NJ_INDEX64)
@@ -45,7 +46,7 @@ __device__ __forceinline__ float grad_at(const BwdContext& s, float x, float dy,
 // registers caps the backward at 128 registers a thread, so the tier of 512 x 8 vectors runs one
 // CTA an SM, and (2,128,32^3)'s 256 instances take two waves in which a CTA's stores never overlap
 // the next one's loads. A CTA of 256 x 16 vectors with dy in 64 KB of shared memory fits two an SM:
-// one wave (heuristics.cpp, shared_dy_tier_applies).
+// one wave (heuristics.cpp, shared_dy_tier_fits).
 #define NJ_SHARED_DY (NJ_CACHED && NJ_STAGES > 0)
 #if NJ_SHARED_DY
 #if NJ_NEEDS_RESIDUAL || NJ_GROUP != NJ_THREADS || NJ_STAGES != 1

@@ -778,11 +778,15 @@ TEST(Heuristics, NcdhwBackwardKeepsDyInSharedMemoryBeyondOneWave) {
     bool shared_dy;
   };
   const Row rows[] = {
-      {{2, 128, 32, 32, 32}, DType::f16, "H100", false, true},  {{2, 128, 32, 32, 32}, DType::bf16, "H200", false, true},
-      {{3, 47, 24, 29, 31}, DType::f16, "H100", false, true},   {{1, 128, 32, 32, 32}, DType::f16, "A100", false, true},
-      {{1, 128, 32, 32, 32}, DType::f16, "H100", false, false},  // 128 instances: one wave either way
-      {{2, 128, 32, 32, 32}, DType::f32, "H100", false, false},  {{2, 128, 32, 32, 32}, DType::f16, "H100", true, false},
-      {{2, 128, 32, 32, 32}, DType::f16, "L4", false, false},    {{2, 128, 16, 16, 32}, DType::f16, "H100", false, false},
+      {{2, 128, 32, 32, 32}, DType::f16, "H100", false, true},
+      {{2, 128, 32, 32, 32}, DType::bf16, "H200", false, true},
+      {{3, 47, 24, 29, 31}, DType::f16, "H100", false, true},
+      {{1, 128, 32, 32, 32}, DType::f16, "A100", false, true},   // 128 instances on 108 SMs
+      {{1, 128, 32, 32, 32}, DType::f16, "H100", false, false},  // 128 on 132: one wave either way
+      {{2, 128, 32, 32, 32}, DType::f32, "H100", false, false},
+      {{2, 128, 32, 32, 32}, DType::f16, "H100", true, false},
+      {{2, 128, 32, 32, 32}, DType::f16, "L4", false, false},
+      {{2, 128, 16, 16, 32}, DType::f16, "H100", false, false},  // 1024 vectors: the CTA of 256 x 4
   };
   for (const Row& r : rows) {
     BackwardArgs a = bwd_args(r.shape, r.dtype, Layout::ncdhw);
