@@ -98,7 +98,7 @@ std::string describe(const KernelConfig& c) {
   s << "threads=" << c.threads << " group=" << c.group << " items=" << int(c.items) << " vec=" << int(c.vec)
     << " min_blocks=" << int(c.min_blocks) << " cached=" << int(c.cached) << " index=" << (c.index64 ? 64 : 32);
   if (c.stages)
-    s << (c.resident ? " resident slots=" : c.cached ? " shared-memory slots=" : " stages=") << int(c.stages);
+    s << (c.resident ? " resident slots=" : keeps_dy_in_shared_memory(c) ? " shared-memory slots=" : " stages=") << int(c.stages);
   if (c.flat) s << " flat";
   if (c.cluster) s << " cluster";
   return s.str();

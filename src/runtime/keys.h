@@ -52,6 +52,11 @@ struct KernelConfig {
 };
 static_assert(sizeof(KernelConfig) == 16);
 
+// A register tier with shared-memory slots: the NCDHW backward's tier that keeps x in registers
+// and dy in one stage of slots (NJ_SHARED_DY in kernels/instance_norm_backward.cuh, derived there
+// from the same two fields).
+inline bool keeps_dy_in_shared_memory(const KernelConfig& c) { return c.cached && c.stages > 0; }
+
 // The shape facts of one call that select a config and a launch: sizes, strides (elements) and
 // the alignment of every pointer involved (the largest power of two dividing all of them, capped
 // at 16 bytes).

@@ -35,18 +35,23 @@ constexpr Tier kTiers[] = {
 constexpr int kSplitThreads = 512;
 constexpr int kBoundedItems = 4;
 
-// The dy-in-shared-memory tier serves the NCDHW backward whose slots hold dy alone (no residual
-// read for an activation's derivative), with 16-byte vectors, under the bounded policy.
-bool tier_allowed(const Tier& t, const FusionKey& f, int vec, Policy policy) {
-  if (!t.shared_dy) return true;
-  return f.direction == Direction::backward && f.layout == Layout::ncdhw && ring_tensors(f) == 2 &&
-         vec * dtype_size(f.dtype) == 16 && policy == Policy::bounded && shared_dy_tier_enabled();
-}
-
 int min_blocks_for(int threads, Direction d, const DeviceProfile& dev) {
   const int by_regs = dev.regs_per_sm / (threads * register_budget(d));
   const int by_threads = dev.max_threads_per_sm / threads;
   return std::max(1, std::min(by_regs, by_threads));
+}
+
+// Whether tier `t` may serve fusion f with vectors of `vec` elements on `dev`, whatever the shape.
+// The dy-in-shared-memory tier serves the NCDHW backward whose slots hold dy alone (no residual
+// read for an activation's derivative), with 16-byte vectors (cp.async: sm_80), under the bounded
+// policy, where two such CTAs (64 KB of slots each, beside the driver's reserve) fit an SM.
+bool tier_allowed(const Tier& t, const FusionKey& f, int vec, Policy policy, const DeviceProfile& dev) {
+  if (!t.shared_dy) return true;
+  const int mb = min_blocks_for(t.threads, f.direction, dev);
+  const int64_t per_cta = int64_t(t.items) * t.threads * 16 + 2048;
+  return f.direction == Direction::backward && f.layout == Layout::ncdhw && ring_tensors(f) == 2 &&
+         vec * dtype_size(f.dtype) == 16 && policy == Policy::bounded && shared_dy_tier_enabled() &&
+         dev.arch >= 80 && mb >= 2 && mb * per_cta <= dev.smem_per_sm;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -141,8 +146,7 @@ int ring_tensors(const FusionKey& f) {
 }
 
 int64_t ring_bytes(const FusionKey& f, const KernelConfig& c) {
-  // A register tier with slots (the NCDHW backward's dy in shared memory) holds dy alone.
-  const int tensors = c.cached && f.layout == Layout::ncdhw ? 1 : ring_tensors(f);
+  const int tensors = keeps_dy_in_shared_memory(c) ? 1 : ring_tensors(f);  // dy alone
   return int64_t(c.stages) * tensors * c.items * c.threads * 16;
 }
 
@@ -323,14 +327,6 @@ int tier_items(const Tier& t, Policy policy, int64_t nvec) {
   return policy == Policy::bounded ? t.items : items_for(policy, nvec, t.group);
 }
 
-// Whether the GPU runs the dy-in-shared-memory tier at two CTAs an SM: cp.async (sm_80) and room
-// for both CTAs' slots (64 KB each) beside the driver's reserve.
-bool shared_dy_tier_fits_device(const FusionKey& f, const DeviceProfile& dev, const Tier& t) {
-  const int mb = min_blocks_for(t.threads, f.direction, dev);
-  const int64_t per_cta = int64_t(t.items) * t.threads * 16 + 2048;
-  return dev.arch >= 80 && mb >= 2 && mb * per_cta <= dev.smem_per_sm;
-}
-
 // Where the dy-in-shared-memory tier (kernels/instance_norm_backward.cuh, NJ_SHARED_DY) replaces
 // the CTA of 512 x 8 vectors: where that tier's one CTA an SM (x and dy in 128 registers a thread)
 // takes more waves than two CTAs of 256, each with 64 KB of dy in shared memory. Measured on the
@@ -340,7 +336,7 @@ bool shared_dy_tier_fits_device(const FusionKey& f, const DeviceProfile& dev, co
 // 40.5, bf16 40.8 -> 41.1: four waves -> two). Not where the items are forced (NORMJIT_TIER_ITEMS,
 // measurements) or NORMJIT_SHARED_DY=0.
 bool shared_dy_tier_fits(const FusionKey& f, const ShapeKey& s, const DeviceProfile& dev, const Tier& t) {
-  if (!shared_dy_tier_fits_device(f, dev, t) || tier_items_override() != 0) return false;
+  if (tier_items_override() != 0) return false;
   const int mb = min_blocks_for(t.threads, f.direction, dev);
   const int64_t wide_slots = int64_t(dev.sms) * min_blocks_for(kSplitThreads, f.direction, dev);
   const int64_t instances = s.N * s.C;
@@ -354,7 +350,7 @@ Launch ncdhw_tier(const FusionKey& f, const ShapeKey& s, const DeviceProfile& de
   Launch l;
   const int vec = vector_width(s, f.dtype, f.layout);
   const int64_t nvec = s.spatial / vec;
-  if (!tier_allowed(t, f, vec, policy)) return l;
+  if (!tier_allowed(t, f, vec, policy, dev)) return l;
   const int items = tier_items(t, policy, nvec);
   if (int64_t(t.group) * items < nvec) return l;
   if (t.shared_dy && !shared_dy_tier_fits(f, s, dev, t)) return l;
@@ -1270,7 +1266,7 @@ std::vector<KernelConfig> enumerate_configs(const FusionKey& f, Policy policy, c
   for (int vec = 16 / es; vec >= 1; vec /= 2) {
     for (bool idx64 : {false, true}) {
       for (const Tier& t : kTiers) {
-        if (!tier_allowed(t, f, vec, policy) || (t.shared_dy && !shared_dy_tier_fits_device(f, dev, t))) continue;
+        if (!tier_allowed(t, f, vec, policy, dev)) continue;
         const int mb = min_blocks_for(t.threads, f.direction, dev);
         // With its cluster variant where a tier holds an instance a CTA (ncdhw_cluster_fits).
         const bool cluster = t.group == t.threads && !idx64 && ncdhw_cluster_applies(f, dev);

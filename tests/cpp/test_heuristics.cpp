@@ -797,7 +797,7 @@ TEST(Heuristics, NcdhwBackwardKeepsDyInSharedMemoryBeyondOneWave) {
     const CallKeys k = backward_keys(a);
     const Launch l = launch_for(k, r.device);
     SCOPED_TRACE(std::string(r.device) + " " + describe(k.fusion) + " N=" + std::to_string(r.shape[0]) + ": " + l.tier);
-    EXPECT_EQ(l.config.cached && l.config.stages > 0, r.shared_dy);
+    EXPECT_EQ(keeps_dy_in_shared_memory(l.config), r.shared_dy);
     EXPECT_TRUE(launchable(k.fusion, k.shape, l, builtin_profile(r.device)));
     if (r.shared_dy) {
       EXPECT_EQ(l.config.threads, 256);
@@ -1239,9 +1239,7 @@ TEST(Heuristics, BoundedSetSizes) {
                                   : row.layout == Layout::ndhwc ? (f16 ? 40u : 32u)
                                                                 : (f16 ? 17u : 13u);
     EXPECT_EQ(clustered, want_clustered) << describe(f);
-    const size_t shared_dy = size_t(std::count_if(f_configs.begin(), f_configs.end(), [](const KernelConfig& c) {
-      return c.cached && c.stages > 0;
-    }));
+    const size_t shared_dy = size_t(std::count_if(f_configs.begin(), f_configs.end(), keeps_dy_in_shared_memory));
     EXPECT_EQ(shared_dy, row.d == Direction::backward && row.layout == Layout::ncdhw ? 3u : 0u) << describe(f);
     EXPECT_EQ(enumerate_configs(g, Policy::bounded).size(),
               bounded - (row.layout == Layout::ndhwc ? clustered : shared_dy))
@@ -1272,7 +1270,7 @@ TEST(Heuristics, RingFitsTheDeviceSharedMemory) {
               }
               ++rings;
               // A register tier with slots: the NCDHW backward's dy in one stage of shared memory.
-              const bool shared_dy = c.cached;
+              const bool shared_dy = keeps_dy_in_shared_memory(c);
               if (shared_dy) {
                 EXPECT_TRUE(layout == Layout::ncdhw && d == Direction::backward && !residual) << describe(c);
                 EXPECT_EQ(c.stages, 1) << describe(c);
