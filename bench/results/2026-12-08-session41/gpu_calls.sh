@@ -8,7 +8,7 @@
 #   backward kernel by CUPTI, two interleaved rounds; then the GPU suite on that tree (ctest's gpu
 #   label, pytest). Land the patch only if it wins and its suite passes. OW_SHAPES="..." replaces
 #   the A/B's shapes (fewer where less device time is left).
-# OW2 (~420 s): the same for shared_dy8.patch, on main after OW landed (d6fa6f7): the tier one size
+# OW2 (~420 s): the same for shared_dy8.patch, on main after OW landed (7441e94): the tier one size
 #   down, a CTA of 256 x 8 vectors with 32 KB of dy, where the CTA of 512 x 4 (one an SM in the
 #   backward) takes more waves: (2,128,24^3) fp16 and the like (1025-2048 vectors an instance).
 #   NORMJIT_SHARED_DY=0 turns both tiers off, so it is the baseline for these shapes too.
